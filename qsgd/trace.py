@@ -1,0 +1,457 @@
+"""PayloadTrace: what QSGD really sent, per DDP bucket and iteration, for a real model.
+
+Written by :func:`qsgd.measure` (``qsgd-emu measure``), read by the emulator's replay. The file is
+JSON, ``"format": "qsgd-payload-trace"``, version 1, documented in ``docs/formats.md``. Loading
+validates every field and raises :class:`qsgd.TraceError` naming its JSON path
+(``iterations[3].buckets[0].payload_bytes``) and the bad value; unknown extra fields are kept in
+``extra`` and written back unchanged.
+
+Units: bytes, seconds. Raw (uncompressed) elements are fp32, 4 bytes each: the paper sends
+tensors below ``min_numel`` elements unquantized (Alistarh et al. 2017, Section 5).
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from qsgd.config import QSGDConfig
+from qsgd.errors import ConfigError, TraceError
+
+FORMAT = "qsgd-payload-trace"
+VERSION = 1
+#: bytes per uncompressed gradient element (fp32).
+FP32_BYTES = 4
+#: which DDP bucket assignment a trace follows: the one DDP builds at construction (reverse
+#: registration order) or the one it rebuilds after the first iteration (gradient-ready order).
+ASSIGNMENTS = ("initial", "rebuilt")
+
+
+# ---------------------------------------------------------------- field checks
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int(d: Mapping, key: str, path: str, low: int = 0) -> int:
+    v = _get(d, key, path)
+    if not _is_int(v) or v < low:
+        raise TraceError(f"{_join(path, key)} must be an int >= {low}, got {v!r}")
+    return v
+
+
+def _seconds(d: Mapping, key: str, path: str) -> float:
+    v = _get(d, key, path)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise TraceError(f"{_join(path, key)} must be a finite number of seconds >= 0, got {v!r}")
+    return float(v)
+
+
+def _str(d: Mapping, key: str, path: str, *, empty: bool = True) -> str:
+    v = _get(d, key, path)
+    if not isinstance(v, str) or (not empty and not v):
+        raise TraceError(f"{_join(path, key)} must be a {'' if empty else 'non-empty '}string, got {v!r}")
+    return v
+
+
+def _list(d: Mapping, key: str, path: str, *, nonempty: bool = True) -> list:
+    v = _get(d, key, path)
+    if not isinstance(v, list) or (nonempty and not v):
+        raise TraceError(f"{_join(path, key)} must be a {'non-empty ' if nonempty else ''}list, got {v!r}")
+    return v
+
+
+def _obj(v, path: str) -> Mapping:
+    if not isinstance(v, Mapping):
+        raise TraceError(f"{path or 'trace'} must be an object, got {v!r}")
+    return v
+
+
+def _get(d: Mapping, key: str, path: str):
+    if key not in d:
+        raise TraceError(f"{_join(path, key)} is missing")
+    return d[key]
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _extra(d: Mapping, known: tuple[str, ...]) -> dict:
+    return {k: v for k, v in d.items() if k not in known}
+
+
+# ---------------------------------------------------------------- records
+@dataclass(frozen=True)
+class TraceBucket:
+    """One DDP bucket: which parameters it holds and how its elements are sent.
+
+    Parameters
+    ----------
+    index : int
+        Position in DDP's assignment (0 is reduced first).
+    numel : int
+        Gradient elements in the bucket.
+    params : tuple of str
+        Parameter names (``model.named_parameters()``) in bucket order.
+    compressed_numel, raw_numel : int
+        Elements sent as one QSGD payload, and elements of parameters below ``min_numel``
+        sent as fp32; they sum to ``numel``.
+    """
+
+    index: int
+    numel: int
+    params: tuple[str, ...]
+    compressed_numel: int
+    raw_numel: int
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    _KEYS = ("index", "numel", "params", "compressed_numel", "raw_numel")
+
+    @property
+    def fp32_bytes(self) -> int:
+        """Bytes of the bucket's gradient in fp32 (what an fp32 allreduce sends)."""
+        return FP32_BYTES * self.numel
+
+    def to_dict(self) -> dict:
+        return {**self.extra, "index": self.index, "numel": self.numel, "params": list(self.params),
+                "compressed_numel": self.compressed_numel, "raw_numel": self.raw_numel}
+
+    @classmethod
+    def from_dict(cls, d, path: str = "bucket") -> "TraceBucket":
+        d = _obj(d, path)
+        params = _list(d, "params", path)
+        for j, name in enumerate(params):
+            if not isinstance(name, str) or not name:
+                raise TraceError(f"{path}.params[{j}] must be a non-empty string, got {name!r}")
+        numel = _int(d, "numel", path, 1)
+        comp = _int(d, "compressed_numel", path)
+        raw = _int(d, "raw_numel", path)
+        if comp + raw != numel:
+            raise TraceError(f"{path}.compressed_numel + raw_numel must equal numel={numel}, "
+                             f"got {comp} + {raw} = {comp + raw}")
+        return cls(_int(d, "index", path), numel, tuple(params), comp, raw, _extra(d, cls._KEYS))
+
+
+@dataclass(frozen=True)
+class BucketTiming:
+    """One bucket in one iteration: when it was ready and what it cost to send.
+
+    Parameters
+    ----------
+    index : int
+        The bucket (``PayloadTrace.buckets[index]``).
+    ready_s : float
+        Seconds from the start of backward until the bucket's last gradient was ready.
+    payload_bytes : int
+        Bytes of the QSGD payload of the compressed elements (0 when there are none).
+    raw_bytes : int
+        Bytes of the fp32 elements (``4 * raw_numel``).
+    encode_s, decode_s : float
+        Seconds to encode and to decode the payload.
+    """
+
+    index: int
+    ready_s: float
+    payload_bytes: int
+    raw_bytes: int
+    encode_s: float
+    decode_s: float
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    _KEYS = ("index", "ready_s", "payload_bytes", "raw_bytes", "encode_s", "decode_s")
+
+    @property
+    def wire_bytes(self) -> int:
+        """Bytes the bucket sends per rank with QSGD: payload plus fp32 raw elements."""
+        return self.payload_bytes + self.raw_bytes
+
+    def to_dict(self) -> dict:
+        return {**self.extra, "index": self.index, "ready_s": self.ready_s,
+                "payload_bytes": self.payload_bytes, "raw_bytes": self.raw_bytes,
+                "encode_s": self.encode_s, "decode_s": self.decode_s}
+
+    @classmethod
+    def from_dict(cls, d, path: str = "bucket") -> "BucketTiming":
+        d = _obj(d, path)
+        return cls(_int(d, "index", path), _seconds(d, "ready_s", path), _int(d, "payload_bytes", path),
+                   _int(d, "raw_bytes", path), _seconds(d, "encode_s", path),
+                   _seconds(d, "decode_s", path), _extra(d, cls._KEYS))
+
+
+@dataclass(frozen=True)
+class TraceIteration:
+    """One measured training iteration (seconds) and its buckets in assignment order."""
+
+    index: int
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    buckets: tuple[BucketTiming, ...]
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    _KEYS = ("index", "forward_s", "backward_s", "optimizer_s", "buckets")
+
+    @property
+    def compute_s(self) -> float:
+        """Forward + backward + optimizer seconds."""
+        return self.forward_s + self.backward_s + self.optimizer_s
+
+    def to_dict(self) -> dict:
+        return {**self.extra, "index": self.index, "forward_s": self.forward_s,
+                "backward_s": self.backward_s, "optimizer_s": self.optimizer_s,
+                "buckets": [b.to_dict() for b in self.buckets]}
+
+    @classmethod
+    def from_dict(cls, d, path: str = "iteration") -> "TraceIteration":
+        d = _obj(d, path)
+        raw = _list(d, "buckets", path)
+        buckets = tuple(BucketTiming.from_dict(b, f"{path}.buckets[{k}]") for k, b in enumerate(raw))
+        return cls(_int(d, "index", path), _seconds(d, "forward_s", path), _seconds(d, "backward_s", path),
+                   _seconds(d, "optimizer_s", path), buckets, _extra(d, cls._KEYS))
+
+
+# ---------------------------------------------------------------- the trace
+@dataclass(frozen=True)
+class PayloadTrace:
+    """Measured QSGD payloads and timings of a real model, per DDP bucket and iteration.
+
+    Parameters
+    ----------
+    model : str
+        Model name or import path.
+    parameters : int
+        Trainable parameter elements; the sum of ``buckets[i].numel``.
+    device, device_name, torch_version : str
+        Where it was measured (``"cpu"``/``"cuda"``, the processor's name, ``torch.__version__``).
+    batch_size : int
+        Samples per iteration.
+    input_shape : tuple of int
+        Shape of one synthetic sample.
+    config : QSGDConfig
+        Quantization and codec settings.
+    min_numel : int
+        Parameters with fewer elements are sent as fp32 (the paper's rule).
+    bucket_cap_bytes, first_bucket_bytes : int
+        DDP's bucket caps (bytes).
+    seed : int
+        Seed of the synthetic inputs and of the quantization streams.
+    buckets : tuple of TraceBucket
+        DDP's bucket assignment, in reduction order.
+    iterations : tuple of TraceIteration
+        Measured iterations; each lists every bucket in the same order.
+    bucket_assignment : {"initial", "rebuilt"}
+        Which DDP assignment ``buckets`` follows (an optional field of the file; ``"initial"``
+        when absent).
+    extra : dict
+        Unknown top-level fields, kept for writing back.
+    """
+
+    model: str
+    parameters: int
+    device: str
+    device_name: str
+    torch_version: str
+    batch_size: int
+    input_shape: tuple[int, ...]
+    config: QSGDConfig
+    min_numel: int
+    bucket_cap_bytes: int
+    first_bucket_bytes: int
+    seed: int
+    buckets: tuple[TraceBucket, ...]
+    iterations: tuple[TraceIteration, ...]
+    bucket_assignment: str = "initial"
+    extra: dict = field(default_factory=dict, compare=False, repr=False)
+
+    _KEYS = ("format", "version", "model", "parameters", "device", "device_name", "torch_version",
+             "batch_size", "input_shape", "config", "min_numel", "bucket_cap_bytes",
+             "first_bucket_bytes", "seed", "buckets", "iterations", "bucket_assignment")
+
+    def __post_init__(self) -> None:
+        # Run the file's checks on directly built traces too: one definition of "valid".
+        for name, kind in (("buckets", TraceBucket), ("iterations", TraceIteration)):
+            items = getattr(self, name)
+            if not isinstance(items, tuple) or not all(isinstance(x, kind) for x in items):
+                raise TraceError(f"{name} must be a tuple of {kind.__name__}, got {items!r}")
+        if not isinstance(self.config, QSGDConfig):
+            raise TraceError(f"config must be a QSGDConfig, got {self.config!r}")
+        _parse(self.to_dict())
+
+    # ------------------------------------------------------------ queries used by replay
+    @property
+    def num_buckets(self) -> int:
+        return len(self.buckets)
+
+    @property
+    def num_iterations(self) -> int:
+        return len(self.iterations)
+
+    def fp32_bytes(self, bucket: int) -> int:
+        """Bytes of bucket ``bucket``'s gradient in fp32 (``4 * numel``)."""
+        return self.buckets[self._bucket(bucket)].fp32_bytes
+
+    def mean_payload_bytes(self, bucket: int) -> float:
+        """Mean over iterations of the QSGD payload bytes of ``bucket`` (raw fp32 part excluded)."""
+        return self._mean(bucket, "payload_bytes")
+
+    def mean_wire_bytes(self, bucket: int) -> float:
+        """Mean over iterations of what ``bucket`` sends per rank with QSGD: payload + raw bytes."""
+        return self._mean(bucket, "wire_bytes")
+
+    def mean_ready_s(self, bucket: int) -> float:
+        """Mean seconds from the start of backward until ``bucket`` was ready."""
+        return self._mean(bucket, "ready_s")
+
+    def mean_encode_s(self, bucket: int) -> float:
+        """Mean seconds to encode ``bucket``."""
+        return self._mean(bucket, "encode_s")
+
+    def mean_decode_s(self, bucket: int) -> float:
+        """Mean seconds to decode ``bucket`` (one payload)."""
+        return self._mean(bucket, "decode_s")
+
+    def mean_iteration(self, name: str) -> float:
+        """Mean over iterations of ``forward_s``, ``backward_s``, ``optimizer_s`` or ``compute_s``."""
+        if name not in ("forward_s", "backward_s", "optimizer_s", "compute_s"):
+            raise TraceError(f"mean_iteration: name must be forward_s, backward_s, optimizer_s or "
+                             f"compute_s, got {name!r}")
+        return sum(getattr(it, name) for it in self.iterations) / len(self.iterations)
+
+    def _bucket(self, bucket: int) -> int:
+        if not _is_int(bucket) or not 0 <= bucket < len(self.buckets):
+            raise TraceError(f"bucket must be an int in [0, {len(self.buckets)}), got {bucket!r}")
+        return bucket
+
+    def _mean(self, bucket: int, attr: str) -> float:
+        k = self._bucket(bucket)
+        return sum(getattr(it.buckets[k], attr) for it in self.iterations) / len(self.iterations)
+
+    # ------------------------------------------------------------ (de)serialization
+    def to_dict(self) -> dict:
+        """The JSON object of ``docs/formats.md`` (unknown fields read from a file included)."""
+        return {**self.extra, "format": FORMAT, "version": VERSION, "model": self.model,
+                "parameters": self.parameters, "device": self.device, "device_name": self.device_name,
+                "torch_version": self.torch_version, "batch_size": self.batch_size,
+                "input_shape": list(self.input_shape), "config": self.config.to_dict(),
+                "min_numel": self.min_numel, "bucket_cap_bytes": self.bucket_cap_bytes,
+                "first_bucket_bytes": self.first_bucket_bytes, "seed": self.seed,
+                "bucket_assignment": self.bucket_assignment,
+                "buckets": [b.to_dict() for b in self.buckets],
+                "iterations": [it.to_dict() for it in self.iterations]}
+
+    @classmethod
+    def from_dict(cls, d) -> "PayloadTrace":
+        """Validate ``d`` (a parsed JSON object) and build the trace; raises :class:`TraceError`."""
+        return cls(**_parse(d))
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the trace as JSON to ``path`` (atomically: a temporary file, then rename)."""
+        path = os.fspath(path)
+        tmp = f"{path}.tmp{os.getpid()}"
+        try:
+            with open(tmp, "w", encoding="utf-8") as fh:
+                json.dump(self.to_dict(), fh, indent=1, allow_nan=False)
+                fh.write("\n")
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "PayloadTrace":
+        """Read and validate a trace file; raises :class:`TraceError` naming the bad field."""
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TraceError(f"{os.fspath(path)}: not valid JSON: {exc}") from None
+        try:
+            return cls.from_dict(data)
+        except TraceError as exc:
+            raise TraceError(f"{os.fspath(path)}: {exc}") from None
+
+
+def _parse(d) -> dict:
+    """Check a trace object field by field; return the constructor's keyword arguments."""
+    d = _obj(d, "")
+    fmt = _get(d, "format", "")
+    if fmt != FORMAT:
+        raise TraceError(f"format must be {FORMAT!r}, got {fmt!r}")
+    version = _get(d, "version", "")
+    if version != VERSION or not _is_int(version):
+        raise TraceError(f"version must be {VERSION}, got {version!r}")
+    shape = _list(d, "input_shape", "")
+    for j, n in enumerate(shape):
+        if not _is_int(n) or n < 1:
+            raise TraceError(f"input_shape[{j}] must be an int >= 1, got {n!r}")
+    config = _config(_obj(_get(d, "config", ""), "config"))
+    assignment = d.get("bucket_assignment", "initial")
+    if assignment not in ASSIGNMENTS:
+        raise TraceError(f"bucket_assignment must be one of {list(ASSIGNMENTS)}, got {assignment!r}")
+
+    buckets = tuple(TraceBucket.from_dict(b, f"buckets[{i}]")
+                    for i, b in enumerate(_list(d, "buckets", "")))
+    seen: dict[str, int] = {}
+    for i, b in enumerate(buckets):
+        if b.index != i:
+            raise TraceError(f"buckets[{i}].index must be {i}, got {b.index!r}")
+        for j, name in enumerate(b.params):
+            if name in seen:
+                raise TraceError(f"buckets[{i}].params[{j}] {name!r} is also in bucket {seen[name]}")
+            seen[name] = i
+    parameters = _int(d, "parameters", "")
+    total = sum(b.numel for b in buckets)
+    if total != parameters:
+        raise TraceError(f"parameters must equal the sum of buckets[*].numel = {total}, got {parameters}")
+    min_numel = _int(d, "min_numel", "")
+
+    iterations = tuple(TraceIteration.from_dict(it, f"iterations[{j}]")
+                       for j, it in enumerate(_list(d, "iterations", "")))
+    for j, it in enumerate(iterations):
+        path = f"iterations[{j}]"
+        if it.index != j:
+            raise TraceError(f"{path}.index must be {j}, got {it.index!r}")
+        if len(it.buckets) != len(buckets):
+            raise TraceError(f"{path}.buckets must list all {len(buckets)} buckets, got {len(it.buckets)}")
+        for k, (bt, b) in enumerate(zip(it.buckets, buckets)):
+            bpath = f"{path}.buckets[{k}]"
+            if bt.index != k:
+                raise TraceError(f"{bpath}.index must be {k}, got {bt.index!r}")
+            if bt.raw_bytes != FP32_BYTES * b.raw_numel:
+                raise TraceError(f"{bpath}.raw_bytes must be 4 * buckets[{k}].raw_numel = "
+                                 f"{FP32_BYTES * b.raw_numel}, got {bt.raw_bytes}")
+            if (bt.payload_bytes == 0) != (b.compressed_numel == 0):
+                raise TraceError(f"{bpath}.payload_bytes must be 0 exactly when buckets[{k}]."
+                                 f"compressed_numel is 0 (it is {b.compressed_numel}), got {bt.payload_bytes}")
+            # A bucket is ready during backward; allow float rounding of the two clocks.
+            if bt.ready_s > it.backward_s * (1 + 1e-6) + 1e-6:
+                raise TraceError(f"{bpath}.ready_s must not exceed {path}.backward_s = "
+                                 f"{it.backward_s}, got {bt.ready_s}")
+
+    return dict(
+        model=_str(d, "model", "", empty=False), parameters=parameters,
+        device=_str(d, "device", "", empty=False), device_name=_str(d, "device_name", ""),
+        torch_version=_str(d, "torch_version", ""), batch_size=_int(d, "batch_size", "", 1),
+        input_shape=tuple(shape), config=config, min_numel=min_numel,
+        bucket_cap_bytes=_int(d, "bucket_cap_bytes", "", 1),
+        first_bucket_bytes=_int(d, "first_bucket_bytes", "", 1), seed=_int(d, "seed", ""),
+        buckets=buckets, iterations=iterations, bucket_assignment=assignment,
+        extra=_extra(d, PayloadTrace._KEYS),
+    )
+
+
+def _config(d: Mapping) -> QSGDConfig:
+    kwargs = {}
+    for key in ("levels", "bucket_size", "norm", "codec"):
+        kwargs[key] = _get(d, key, "config")
+    try:
+        cfg = QSGDConfig(**kwargs)
+    except ConfigError as exc:
+        # ConfigError messages start with the field's name.
+        raise TraceError(f"config.{exc}") from None
+    if "bits" in d and d["bits"] != cfg.bits:
+        raise TraceError(f"config.bits must be {cfg.bits} for levels={cfg.levels}, got {d['bits']!r}")
+    return cfg
