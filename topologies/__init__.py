@@ -1,2 +1,34 @@
-"""Cluster topologies as NetworkX graphs with bandwidth (bytes/s) and latency (s) on every link."""
-__all__: list[str] = []
+"""Cluster topologies as NetworkX graphs with bandwidth (bytes/s) and latency (s) on every link.
+
+Conventions: an undirected ``nx.Graph``; node ids are strings; node attr ``kind`` in {"gpu",
+"switch", "nic", "cpu"}; GPUs carry ``rank`` 0..N-1; each edge is one full-duplex link with
+``bandwidth`` (bytes/s per direction), ``latency`` (s) and ``link`` (a class name such as
+"nvlink", "pcie", "ib"); graph attr ``name`` is the spec it was built from.
+
+>>> import topologies
+>>> G = topologies.from_spec("fat_tree:k=4,bw=100Gbit")
+>>> len(topologies.gpus(G)), topologies.Router(G).path("gpu0", "gpu1")
+(16, ('gpu0', 'pod0.edge0', 'gpu1'))
+"""
+from ._graph import gpus
+from .cluster import FABRICS, cluster
+from .dragonfly import dragonfly
+from .errors import RoutingError, SpecError, TopologyError, ValidationError
+from .fat_tree import fat_tree
+from .generic import fully_connected, ring, switch
+from .leaf_spine import leaf_spine
+from .machines import PRESETS, dgx1_v100, dgx_a100, dgx_h100, p2_16xlarge, pcie_box
+from .routing import Router
+from .spec import FAMILIES, from_spec, parse_spec
+from .torus import torus
+from .units import parse_bandwidth, parse_bytes, parse_time
+from .validate import validate_topology
+
+__all__ = [
+    "TopologyError", "SpecError", "ValidationError", "RoutingError",
+    "parse_bytes", "parse_bandwidth", "parse_time",
+    "ring", "fully_connected", "switch", "torus", "fat_tree", "leaf_spine", "dragonfly",
+    "dgx1_v100", "dgx_a100", "dgx_h100", "pcie_box", "p2_16xlarge", "PRESETS",
+    "cluster", "FABRICS", "from_spec", "parse_spec", "FAMILIES",
+    "validate_topology", "gpus", "Router",
+]

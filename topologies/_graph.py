@@ -1,0 +1,84 @@
+"""Shared helpers of the builders: argument checks and node/link constructors.
+
+Conventions (docs/interfaces.md): undirected ``nx.Graph``; node ids are strings; node attr
+``kind`` in {"gpu", "switch", "nic", "cpu"}; GPUs carry ``rank``; each edge is one full-duplex
+link with ``bandwidth`` (bytes/s, each direction), ``latency`` (s) and ``link`` (a class name).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+
+import networkx as nx
+
+from .errors import SpecError
+
+KINDS = ("gpu", "switch", "nic", "cpu")
+
+#: Default of the generic builders: a 100 Gbit/s link (12.5e9 bytes/s) with 1 us latency,
+#: the order of one switched datacenter hop (NIC + switch + cable).
+DEFAULT_BANDWIDTH = 12.5e9
+DEFAULT_LATENCY = 1e-6
+
+
+def new_graph(name: str, **attrs) -> nx.Graph:
+    return nx.Graph(name=name, **attrs)
+
+
+def add_gpu(G: nx.Graph, node: str, rank: int, **attrs) -> None:
+    G.add_node(node, kind="gpu", rank=int(rank), **attrs)
+
+
+def add_node(G: nx.Graph, node: str, kind: str, **attrs) -> None:
+    G.add_node(node, kind=kind, **attrs)
+
+
+def add_link(G: nx.Graph, a: str, b: str, bandwidth: float, latency: float, link: str,
+             **attrs) -> None:
+    G.add_edge(a, b, bandwidth=float(bandwidth), latency=float(latency), link=link, **attrs)
+
+
+def check_int(family: str, name: str, value, minimum: int = 1) -> int:
+    """An integer argument >= ``minimum``; the error names the builder and the argument."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise SpecError(f"{family}: {name}={value!r} must be an integer")
+    if value < minimum:
+        raise SpecError(f"{family}: {name}={value!r} must be >= {minimum}")
+    return int(value)
+
+
+def check_positive(family: str, name: str, value, *, allow_zero: bool = False) -> float:
+    """A positive finite number (bytes/s, seconds, ratio); strings must be parsed at the edge."""
+    if isinstance(value, str):
+        raise SpecError(f"{family}: {name}={value!r} must be a number in SI units "
+                        f"(parse strings with parse_bandwidth/parse_time)")
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise SpecError(f"{family}: {name}={value!r} must be a number")
+    value = float(value)
+    if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+        raise SpecError(f"{family}: {name}={value!r} must be positive and finite")
+    return value
+
+
+def check_link(family: str, value) -> str:
+    if not isinstance(value, str) or not value:
+        raise SpecError(f"{family}: link={value!r} must be a non-empty link class name")
+    return value
+
+
+def gpus(G: nx.Graph) -> list:
+    """The GPU nodes of ``G`` ordered by ``rank``.
+
+    Parameters
+    ----------
+    G : nx.Graph
+        A topology graph.
+
+    Returns
+    -------
+    list
+        Node ids, ``result[r]`` is the GPU of rank ``r``.
+    """
+    found = [(d["rank"], n) for n, d in G.nodes(data=True) if d.get("kind") == "gpu"]
+    found.sort(key=lambda t: t[0])
+    return [n for _, n in found]

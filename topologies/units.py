@@ -1,0 +1,128 @@
+"""Parse human unit strings ("256MB", "100Gbit", "2us") into SI numbers at the edges.
+
+Inside the package everything is bytes, bytes/s and seconds. Prefixes follow the usual
+conventions: k, M, G, T, P are decimal (1e3 ...), Ki, Mi, Gi, Ti, Pi are binary (2**10 ...).
+For bandwidths a capital ``B`` means bytes and ``b``/``bit`` means bits (``100Gbit`` =
+``100Gb/s`` = ``100Gbps`` = 12.5e9 bytes/s), as on NIC datasheets.
+"""
+from __future__ import annotations
+
+import math
+import re
+
+from .errors import SpecError
+
+_NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*$")
+
+_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
+_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
+_PREFIXES = {**_DECIMAL, **_BINARY, "KI": 2.0**10, "ki": 2.0**10}
+
+_BYTES_UNIT = re.compile(r"^(|k|K|M|G|T|P|Ki|KI|ki|Mi|Gi|Ti|Pi)(B|bytes?)?$")
+_BW_UNIT = re.compile(r"^(|k|K|M|G|T|P|Ki|Mi|Gi|Ti|Pi)(B|bit|b)?(/s|ps)?$")
+_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6,
+               "\u03bcs": 1e-6, "ns": 1e-9, "ps": 1e-12, "min": 60.0}
+
+
+def _split(text, what: str):
+    if isinstance(text, bool):
+        raise SpecError(f"{what} {text!r} not understood: expected a number or a string such as "
+                        f"{_EXAMPLE[what]}")
+    if isinstance(text, (int, float)):
+        return float(text), None
+    if not isinstance(text, str):
+        raise SpecError(f"{what} {text!r} not understood: expected a number or a string such as "
+                        f"{_EXAMPLE[what]}")
+    m = _NUMBER.match(text)
+    if not m:
+        raise SpecError(f"{what} {text!r} not understood: no leading number (e.g. {_EXAMPLE[what]})")
+    return float(m.group(1)), m.group(2)
+
+
+_EXAMPLE = {"size": "'256MB' or '4KiB'", "bandwidth": "'100Gbit' or '25GB/s'",
+            "time": "'2us' or '1.5ms'"}
+
+
+def _finite(value: float, text, what: str) -> float:
+    if not math.isfinite(value):
+        raise SpecError(f"{what} {text!r} is not finite")
+    if value < 0:
+        raise SpecError(f"{what} {text!r} is negative")
+    return value
+
+
+def parse_bytes(text) -> int:
+    """Parse a size such as ``"256MB"``, ``"4KiB"``, ``"1e6"`` or ``1024`` into bytes.
+
+    Parameters
+    ----------
+    text : str or int or float
+        A number of bytes, optionally with a decimal (kB, MB, GB, TB) or binary (KiB, MiB,
+        GiB, TiB) prefix and an optional ``B``.
+
+    Returns
+    -------
+    int
+        The size in bytes (must be a whole number of bytes, >= 0).
+
+    Raises
+    ------
+    SpecError
+        When the number or the unit is not understood, or the size is negative or fractional.
+    """
+    value, unit = _split(text, "size")
+    scale = 1.0
+    if unit:
+        m = _BYTES_UNIT.match(unit)
+        if not m:
+            raise SpecError(f"size {text!r} not understood: unit {unit!r} "
+                            f"(expected B, kB, MB, GB, TB or KiB, MiB, GiB, TiB)")
+        scale = _PREFIXES[m.group(1)]
+    value = _finite(value * scale, text, "size")
+    rounded = round(value)
+    if abs(value - rounded) > 1e-6 * max(1.0, value):
+        raise SpecError(f"size {text!r} is not a whole number of bytes ({value!r})")
+    return int(rounded)
+
+
+def parse_bandwidth(text) -> float:
+    """Parse a bandwidth such as ``"100Gbit"``, ``"25GB/s"``, ``"10Gbps"`` into bytes/s.
+
+    A bare number is bytes/s. ``B`` means bytes, ``b`` or ``bit`` means bits; ``/s`` or
+    ``ps`` may follow. ``"100Gbit"`` gives 1.25e10.
+
+    Raises
+    ------
+    SpecError
+        When the number or unit is not understood, or the bandwidth is not positive and finite.
+    """
+    value, unit = _split(text, "bandwidth")
+    scale = 1.0
+    if unit:
+        m = _BW_UNIT.match(unit)
+        if not m or (m.group(2) is None and m.group(1) != ""):
+            raise SpecError(f"bandwidth {text!r} not understood: unit {unit!r} "
+                            f"(expected e.g. Gbit, Gb/s, Gbps, GB/s, MiB/s)")
+        scale = _PREFIXES[m.group(1)] * (0.125 if m.group(2) in ("b", "bit") else 1.0)
+    value = _finite(value * scale, text, "bandwidth")
+    if value == 0:
+        raise SpecError(f"bandwidth {text!r} must be positive")
+    return value
+
+
+def parse_time(text) -> float:
+    """Parse a duration such as ``"2us"``, ``"1.5ms"``, ``"5ns"`` or ``1e-6`` into seconds.
+
+    Raises
+    ------
+    SpecError
+        When the number or unit is not understood, or the time is negative or not finite.
+    """
+    value, unit = _split(text, "time")
+    scale = 1.0
+    if unit:
+        if unit not in _TIME_UNITS:
+            raise SpecError(f"time {text!r} not understood: unit {unit!r} "
+                            f"(expected s, ms, us, ns or ps)")
+        scale = _TIME_UNITS[unit]
+    return _finite(value * scale, text, "time")
