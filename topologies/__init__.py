@@ -16,10 +16,12 @@ from .dragonfly import dragonfly
 from .errors import RoutingError, SpecError, TopologyError, ValidationError
 from .fat_tree import fat_tree
 from .generic import fully_connected, ring, switch
+from .io import load, save
 from .leaf_spine import leaf_spine
 from .machines import PRESETS, dgx1_v100, dgx_a100, dgx_h100, p2_16xlarge, pcie_box
 from .routing import Router
 from .spec import FAMILIES, from_spec, parse_spec
+from .summary import bisection_bandwidth, summary
 from .torus import torus
 from .units import parse_bandwidth, parse_bytes, parse_time
 from .validate import validate_topology
@@ -30,5 +32,5 @@ __all__ = [
     "ring", "fully_connected", "switch", "torus", "fat_tree", "leaf_spine", "dragonfly",
     "dgx1_v100", "dgx_a100", "dgx_h100", "pcie_box", "p2_16xlarge", "PRESETS",
     "cluster", "FABRICS", "from_spec", "parse_spec", "FAMILIES",
-    "validate_topology", "gpus", "Router",
+    "validate_topology", "gpus", "Router", "load", "save", "summary", "bisection_bandwidth",
 ]
