@@ -10,9 +10,9 @@ import importlib
 # public name -> submodule that defines it
 _EXPORTS: dict[str, str] = {
     "QSGDConfig": "qsgd.config",
-    "Quantized": "qsgd.quantize",
-    "quantize": "qsgd.quantize",
-    "dequantize": "qsgd.quantize",
+    "Quantized": "qsgd.quantizer",
+    "quantize": "qsgd.quantizer",
+    "dequantize": "qsgd.quantizer",
     "encode": "qsgd.codec",
     "decode": "qsgd.codec",
     "payload_nbytes": "qsgd.codec",

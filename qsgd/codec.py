@@ -1,0 +1,123 @@
+"""``encode`` / ``decode``: QSGD payloads in the self-describing wire format of :mod:`qsgd.wire`.
+
+``decode(encode(x, cfg, seed))`` equals ``dequantize(quantize(x, cfg, seed))`` bit for bit for
+every codec; a truncated, extended or corrupted payload raises :class:`qsgd.PayloadError`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from qsgd import elias, packed, rng, wire
+from qsgd.config import QSGDConfig
+from qsgd.errors import ConfigError, PayloadError
+from qsgd.quantizer import check_input, flat_float32, pick_backend
+
+
+def _encode_packed(flat, cfg, key, backend, dtype, shape) -> np.ndarray:
+    buf = wire.new_payload(cfg, dtype, shape, packed.body_nbytes(flat.numel(), cfg))
+    body = wire.body_view(buf, len(shape))
+    if backend == "numba":
+        packed.encode_numba_into(flat, cfg, key, body)
+    else:
+        body[:] = packed.encode_torch_body(flat, cfg, key)
+    return wire.seal(buf)
+
+
+def _decode_packed(body, numel, cfg, device) -> torch.Tensor:
+    if device.type == "cpu":
+        return packed.decode_numba(body, numel, cfg)
+    return packed.decode_torch(body, numel, cfg, device)
+
+
+def _decode_elias(body, numel, cfg, device) -> torch.Tensor:
+    return elias.decode(body, numel, cfg).to(device)
+
+
+#: codec name -> (encode(flat, cfg, key, backend, dtype, shape) -> sealed numpy payload,
+#:                decode(body, numel, cfg, device) -> flat float32 tensor)
+CODECS = {
+    "packed": (_encode_packed, _decode_packed),
+    "elias": (elias.encode, _decode_elias),
+}
+
+
+def encode(x: torch.Tensor, cfg: QSGDConfig, seed: int = 0, *, rank: int = 0, step: int = 0,
+           bucket: int = 0, backend: str | None = None) -> torch.Tensor:
+    """Quantize ``x`` and encode it as a self-describing payload.
+
+    Parameters
+    ----------
+    x : Tensor
+        Any shape; float32, float16 or bfloat16; any device.
+    cfg : QSGDConfig
+    seed, rank, step, bucket : int
+        The random stream, as in :func:`qsgd.quantize`.
+    backend : {None, "numba", "torch"}
+        None: numba on CPU, torch ops elsewhere.
+
+    Returns
+    -------
+    Tensor
+        1-D ``torch.uint8`` payload on ``x``'s device; its size in bytes is
+        :func:`payload_nbytes` for the packed codec.
+    """
+    check_input(x, cfg)
+    key = rng.stream_key(seed, rank, step, bucket)
+    flat = flat_float32(x)
+    name = pick_backend(flat, backend)
+    if name == "torch" and flat.numel() and not bool(torch.isfinite(flat).all()):
+        from qsgd.quantizer import raise_nonfinite
+
+        raise_nonfinite(flat)
+    encode_fn, _ = CODECS[cfg.codec]
+    buf = encode_fn(flat, cfg, key, name, x.dtype, tuple(x.shape))
+    payload = torch.from_numpy(buf)
+    return payload if x.device.type == "cpu" else payload.to(x.device)
+
+
+def decode(payload, *, device=None) -> torch.Tensor:
+    """The tensor a payload stands for (shape and dtype of the original).
+
+    Parameters
+    ----------
+    payload : Tensor or bytes-like
+        A 1-D ``torch.uint8`` tensor (any device), or bytes.
+    device : torch.device or str, optional
+        Where to put the result; default the payload's device (CPU for bytes).
+
+    Raises
+    ------
+    PayloadError
+        If the payload is truncated, extended, corrupted or inconsistent; the message says what.
+    """
+    if device is None:
+        device = payload.device if isinstance(payload, torch.Tensor) else torch.device("cpu")
+    device = torch.device(device)
+    header, body = wire.parse(wire.as_bytes(payload))
+    _, decode_fn = CODECS[header.cfg.codec]
+    flat = decode_fn(body, header.numel, header.cfg, device)
+    return flat.to(header.dtype).reshape(header.shape)
+
+
+def payload_nbytes(numel: int, cfg: QSGDConfig, *, ndim: int = 1) -> int:
+    """Exact bytes of a packed payload of ``numel`` elements in ``ndim`` dimensions.
+
+    ``ceil(n b / 8) + 4 ceil(n / d) + 28 + 8 ndim`` (header 24 + 8 ndim, CRC 4). The elias
+    codec's size depends on the data; this raises ConfigError for it.
+    """
+    if not isinstance(cfg, QSGDConfig):
+        raise ConfigError(f"cfg must be a QSGDConfig, got {type(cfg).__name__}")
+    if cfg.codec != "packed":
+        raise ConfigError(f"payload_nbytes is exact only for codec='packed', got codec={cfg.codec!r}; "
+                          "measure len(encode(x, cfg)) instead")
+    if isinstance(numel, bool) or not isinstance(numel, int) or numel < 0:
+        raise ValueError(f"numel must be an int >= 0, got {numel!r}")
+    if isinstance(ndim, bool) or not isinstance(ndim, int) or not 0 <= ndim <= wire.MAX_NDIM:
+        raise ValueError(f"ndim must be an int in [0, {wire.MAX_NDIM}], got {ndim!r}")
+    if ndim == 0 and numel != 1:
+        raise ValueError(f"a 0-D tensor has 1 element, got numel={numel}")
+    return packed.body_nbytes(numel, cfg) + wire.overhead_nbytes(ndim)
+
+
+__all__ = ["encode", "decode", "payload_nbytes", "PayloadError"]
