@@ -1,0 +1,256 @@
+"""Import NVIDIA nccl-tests logs (``all_reduce_perf``, ``all_gather_perf``, ...) as a MeasuredTrace.
+
+Accepted inputs, as seen in the wild (NVIDIA/nccl-tests, src/util.cu and src/common.cu):
+
+- the text table, with the ``root`` column (newer versions) or without it (older ones, whose
+  last column per half is ``error`` instead of ``#wrong``); the columns are read from the
+  ``# size count type ...`` header line, so extra columns (timestamps, per-iteration stats) are
+  tolerated;
+- the same text with ``srun --label`` prefixes (``"3: "`` before every line); the rows of the
+  lowest task label that printed a table are used (the others repeat it);
+- the ``-J``/``--report_json`` file (JSON version 2: ``config.devices`` and ``results`` with
+  ``out_of_place.time`` in microseconds).
+
+The out-of-place time is used (``time`` in us; ``size`` in bytes; per-rank size for allreduce,
+the total for allgather and reduce-scatter, as in docs/formats.md). A line that does not parse
+raises :class:`emulator.TraceError` naming its line number.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+from ..errors import TraceError
+from .trace import CollectivePoint, MeasuredTrace
+
+__all__ = ["import_nccl_tests", "parse_nccl_tests_text", "parse_nccl_tests_json", "PROGRAMS"]
+
+#: nccl-tests program name -> our op name.
+PROGRAMS = {
+    "all_reduce_perf": "allreduce", "all_gather_perf": "allgather",
+    "reduce_scatter_perf": "reduce_scatter", "broadcast_perf": "broadcast",
+    "reduce_perf": "reduce", "alltoall_perf": "alltoall",
+}
+
+#: nccl-tests type names (src/common.cu test_typenames) -> torch-style dtype names.
+DTYPES = {
+    "int8": "int8", "uint8": "uint8", "int32": "int32", "uint32": "uint32", "int64": "int64",
+    "uint64": "uint64", "half": "float16", "float": "float32", "double": "float64",
+    "bfloat16": "bfloat16", "f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2",
+}
+
+_LABEL = re.compile(r"^\s*(\d+):\s?(.*)$")
+_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+"
+                   r"\[[^\]]*\]\s*(.*)$")
+_PROGRAM = re.compile(r"#\s*Collective test (?:starting|concluded):\s*(\S+)")
+_VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)")
+
+
+def import_nccl_tests(path: str | os.PathLike, *, op: str | None = None,
+                      world_size: int | None = None, topology: str | None = None) -> MeasuredTrace:
+    """Read a nccl-tests text log or ``-J`` JSON file into a :class:`MeasuredTrace`.
+
+    Parameters
+    ----------
+    path : path-like
+        The log (text or JSON; detected from the content).
+    op : str, optional
+        The collective (``"allreduce"``, ``"allgather"``, ...); default from the log
+        (``# Collective test starting: all_reduce_perf``, the JSON ``args``) or the file name.
+    world_size : int, optional
+        Number of ranks; default the number of ``#  Rank`` lines.
+    topology : str, optional
+        A topology spec describing the cluster, kept in the environment for ``compare``.
+    """
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError as exc:
+        raise TraceError(f"{os.fspath(path)}: cannot read: {exc.strerror}") from None
+    name = os.path.basename(os.fspath(path))
+    if text.lstrip().startswith("{"):
+        trace = parse_nccl_tests_json(text, op=op, world_size=world_size, source_name=name)
+    else:
+        trace = parse_nccl_tests_text(text, op=op, world_size=world_size, source_name=name)
+    if topology:
+        trace.environment["topology"] = topology
+    return trace
+
+
+def _op_from(program: str | None, source_name: str, op: str | None, where: str) -> str:
+    if op is not None:
+        if op not in PROGRAMS.values():
+            raise TraceError(f"op {op!r} unknown; expected one of {', '.join(PROGRAMS.values())}")
+        return op
+    for candidate in (program, source_name):
+        if candidate:
+            base = os.path.basename(candidate)
+            for prog, name in sorted(PROGRAMS.items(), key=lambda kv: -len(kv[0])):
+                if prog in base:
+                    return name
+    raise TraceError(f"{where}: cannot tell which collective this log measured (no "
+                     "'# Collective test starting' line); pass op='allreduce' or --op")
+
+
+def _environment(ranks: dict, world_size, version=None, nccl=None) -> dict:
+    n = world_size if world_size is not None else len(ranks)
+    if not n:
+        raise TraceError("world_size: the log has no '#  Rank N ... on HOST device D' lines; "
+                         "pass world_size (--world-size)")
+    order = sorted(ranks)
+    hosts = []
+    for r in order:
+        if ranks[r][0] not in hosts:
+            hosts.append(ranks[r][0])
+    env = {"backend": "nccl", "world_size": int(n), "hosts": hosts,
+           "devices": [ranks[r][1] for r in order], "source": "nccl-tests"}
+    if version:
+        env["nccl_tests_version"] = version
+    if nccl:
+        env["nccl_version"] = nccl
+    return env
+
+
+def _point(op, size, count, typ, time_us, world_size, where, extra) -> CollectivePoint:
+    if size <= 0:
+        raise TraceError(f"{where}: size {size} must be > 0 bytes")
+    if not time_us > 0:
+        raise TraceError(f"{where}: out-of-place time {time_us!r} us must be > 0")
+    return CollectivePoint.make(op, size, time_us * 1e-6, world_size, count=count,
+                                dtype=DTYPES.get(typ, typ), samples_s=(), extra=extra)
+
+
+def parse_nccl_tests_text(text: str, *, op=None, world_size=None, source_name="log") -> MeasuredTrace:
+    """Parse the text output of a nccl-tests binary (see :func:`import_nccl_tests`)."""
+    # Group lines by srun label (None when unlabelled), keeping original line numbers.
+    groups: dict = {}
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        m = _LABEL.match(raw)
+        label, line = (int(m.group(1)), m.group(2)) if m else (None, raw)
+        groups.setdefault(label, []).append((lineno, line))
+    with_table = [label for label in groups if any(_is_header(line) for _, line in groups[label])]
+    if not with_table:
+        raise TraceError(f"{source_name}: no nccl-tests result table found (no '#  size  count  "
+                         "type ...' header line)")
+    # Unlabelled output first, else the lowest task label.
+    lines = groups[min(with_table, key=lambda k: -1 if k is None else k)]
+    # Rank/device lines may be printed by every task; collect them across all groups.
+    ranks, program, version, nccl = {}, None, None, None
+    for group in groups.values():
+        for _, line in group:
+            m = _RANK.match(line.strip())
+            if m:
+                ranks[int(m.group(1))] = (m.group(2), m.group(4).strip() or f"device {m.group(3)}")
+            m = _PROGRAM.search(line)
+            if m and program is None:
+                program = m.group(1)
+            m = _VERSION.search(line)
+            if m:
+                version, nccl = m.group(1), int(m.group(2))
+    op = _op_from(program, source_name, op, source_name)
+    env = _environment(ranks, world_size, version, nccl)
+    p = env["world_size"]
+
+    columns = None
+    points = []
+    for lineno, line in lines:
+        stripped = line.strip()
+        where = f"{source_name}: line {lineno}"
+        if not stripped:
+            continue
+        if stripped.startswith("#"):
+            if _is_header(line):
+                columns = stripped.lstrip("#").split()
+            continue
+        if columns is None:
+            continue  # NCCL INFO/WARN lines and banners before the table
+        tokens = stripped.split()
+        if not tokens[0].isdigit():
+            if re.match(r"^[\d.]", tokens[0]):
+                raise TraceError(f"{where}: not a result row: {stripped[:80]!r}")
+            continue  # interleaved NCCL INFO / program output
+        points.append(_row(tokens, columns, op, p, where, stripped))
+    if not points:
+        raise TraceError(f"{source_name}: the result table has no rows")
+    return MeasuredTrace(environment=env, collectives=tuple(points))
+
+
+def _is_header(line: str) -> bool:
+    tokens = line.strip().lstrip("#").split()
+    return len(tokens) >= 4 and tokens[0] == "size" and tokens[1] == "count" and "type" in tokens
+
+
+def _row(tokens, columns, op, p, where, stripped) -> CollectivePoint:
+    time_cols = [i for i, c in enumerate(columns) if c in ("time", "cputime")]
+    if not time_cols:
+        raise TraceError(f"{where}: header has no 'time' column")
+    expected = len(columns) - (1 if columns[-1] == "timestamp" else 0)
+    # A timestamp column holds 'YYYY-mm-dd HH:MM:SS': two tokens for one header word.
+    n = len(tokens)
+    if not (n == expected or (columns[-1] == "timestamp" and n == expected + 2)):
+        raise TraceError(f"{where}: {n} fields where the header has {expected}: {stripped[:80]!r}")
+    try:
+        size = int(tokens[columns.index("size")])
+        count = int(tokens[columns.index("count")])
+        time_us = float(tokens[time_cols[0]])
+        extra = {}
+        if len(time_cols) > 1 and tokens[time_cols[1]] not in ("N/A",):
+            extra["in_place_time_s"] = float(tokens[time_cols[1]]) * 1e-6
+        for name in ("#wrong", "error"):
+            if name in columns:
+                value = tokens[columns.index(name)]
+                if value != "N/A":
+                    extra["wrong" if name == "#wrong" else "error"] = float(value)
+                break
+    except ValueError:
+        raise TraceError(f"{where}: a number does not parse: {stripped[:80]!r}") from None
+    typ = tokens[columns.index("type")]
+    return _point(op, size, count, typ, time_us, p, where, extra)
+
+
+def parse_nccl_tests_json(text: str, *, op=None, world_size=None, source_name="log.json") -> MeasuredTrace:
+    """Parse the ``-J`` JSON report of a nccl-tests binary (JSON version 2)."""
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TraceError(f"{source_name}: not valid JSON at line {exc.lineno}: {exc.msg}") from None
+    if not isinstance(doc, dict):
+        raise TraceError(f"{source_name}: top level is not an object")
+    args = doc.get("args") or []
+    program = args[0] if args and isinstance(args[0], str) else None
+    op = _op_from(program, source_name, op, source_name)
+    config = doc.get("config") or {}
+    ranks = {}
+    for i, d in enumerate(config.get("devices") or []):
+        if not isinstance(d, dict) or "rank" not in d:
+            raise TraceError(f"{source_name}: config.devices[{i}]: not a device record")
+        ranks[int(d["rank"])] = (str(d.get("hostname", "?")),
+                                 str(d.get("device_info") or f"device {d.get('device')}"))
+    env = _environment(ranks, world_size, None, doc.get("nccl_version"))
+    results = doc.get("results")
+    if not isinstance(results, list) or not results:
+        raise TraceError(f"{source_name}: results: missing or empty")
+    points = []
+    for i, r in enumerate(results):
+        where = f"{source_name}: results[{i}]"
+        if not isinstance(r, dict):
+            raise TraceError(f"{where}: not an object")
+        oop = r.get("out_of_place")
+        if not isinstance(oop, dict):
+            raise TraceError(f"{where}.out_of_place: {oop!r} has no time")
+        time_us = oop.get("time", oop.get("cpu_time"))
+        try:
+            size, count, time_us = int(r["size"]), int(r["count"]), float(time_us)
+        except (KeyError, TypeError, ValueError):
+            raise TraceError(f"{where}: size/count/out_of_place.time missing or not numbers") from None
+        extra = {}
+        ip = r.get("in_place")
+        if isinstance(ip, dict) and isinstance(ip.get("time"), (int, float)):
+            extra["in_place_time_s"] = ip["time"] * 1e-6
+        if isinstance(oop.get("nwrong"), (int, float)):
+            extra["wrong"] = oop["nwrong"]
+        points.append(_point(op, size, count, str(r.get("type", "float")), time_us,
+                             env["world_size"], where, extra))
+    return MeasuredTrace(environment=env, collectives=tuple(points))
+
