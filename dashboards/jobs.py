@@ -1,0 +1,342 @@
+"""The work behind the pages: studies, simulations, predictions; plain functions, JSON out.
+
+Long jobs (:func:`whatif_job`, :func:`simulate_job`) run inside Dash background callbacks
+(one subprocess each, via the app's DiskcacheManager) and report progress through a
+callable; everything returns JSON-ready dicts and lists, which is what crosses from the
+worker process to the browser. Only the public APIs of ``topologies``, ``emulator`` and
+``qsgd`` are used.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import tempfile
+from typing import Any, Callable, Mapping, Sequence
+
+from dashboards.errors import DashboardError
+
+Progress = Callable[[int, int, str], None]
+
+
+def _no_progress(done: int, total: int, text: str) -> None:
+    pass
+
+
+# --- topologies ----------------------------------------------------------------------
+
+def build_topology(spec: str | None = None, upload: Mapping[str, Any] | None = None):
+    """A validated topology from a spec string or an uploaded file.
+
+    ``upload`` is ``{"filename": str, "text": str}``; it is written to a temporary file with
+    its own suffix and read by ``topologies.load`` (JSON node-link, GraphML or YAML).
+    """
+    import topologies
+
+    if upload:
+        name = os.path.basename(upload.get("filename") or "topology.json")
+        suffix = os.path.splitext(name)[1].lower() or ".json"
+        with tempfile.TemporaryDirectory(prefix="qsgd-emu-topo-") as tmp:
+            path = os.path.join(tmp, name if name.lower().endswith(suffix) else name + suffix)
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(upload["text"])
+            try:
+                graph = topologies.load(path)
+            except ValueError as exc:
+                raise DashboardError(f"topology upload {name!r}: {exc}") from None
+        return topologies.validate_topology(graph)
+    if not spec or not str(spec).strip():
+        raise DashboardError("topology: empty; give a spec such as fat_tree:k=4 or dgx_a100")
+    try:
+        return topologies.validate_topology(topologies.from_spec(str(spec).strip()))
+    except ValueError as exc:
+        raise DashboardError(f"topology: {spec!r}: {exc}") from None
+
+
+def graph_data(G) -> dict:
+    """Node-link data of a topology, JSON-ready: ``{"name", "nodes", "links"}``."""
+    nodes = []
+    for n, attrs in G.nodes(data=True):
+        node = {"id": str(n), "kind": attrs.get("kind", "?")}
+        if "rank" in attrs:
+            node["rank"] = int(attrs["rank"])
+        nodes.append(node)
+    links = [{"source": str(u), "target": str(v), "bandwidth": float(a["bandwidth"]),
+              "latency": float(a["latency"]), "link": a.get("link", "link")}
+             for u, v, a in G.edges(data=True)]
+    return {"name": str(G.graph.get("name", "")), "nodes": nodes, "links": links}
+
+
+def topology_summary(G) -> dict:
+    """``topologies.summary`` made JSON-ready (numbers and strings only)."""
+    import topologies
+
+    out = {}
+    for key, value in topologies.summary(G).items():
+        if isinstance(value, (int, float, str, bool)) or value is None:
+            out[key] = value
+        elif isinstance(value, Mapping):
+            out[key] = {str(k): v for k, v in value.items()}
+        else:
+            out[key] = str(value)
+    return out
+
+
+def layout_positions(G, *, method: str = "auto", seed: int = 0) -> dict[str, list[float]]:
+    """Deterministic 2-D positions: node id -> [x, y].
+
+    ``"layered"``: GPUs at the bottom, then each node one level above its nearest GPU (by
+    hops), a tree-like picture of fabrics; ``"spring"``: Fruchterman-Reingold seeded with
+    ``seed``; ``"circular"``; ``"auto"``: layered for graphs with switches or NICs, else spring (up to
+    200 nodes) or circular.
+    """
+    import networkx as nx
+
+    if method == "auto":
+        # Fabrics read best as layers (GPUs, edge, aggregation, core); flat graphs (rings,
+        # meshes) as a spring drawing, which is O(n^2) per step, hence the size limit.
+        has_fabric = any(k in ("switch", "nic") for _, k in G.nodes(data="kind"))
+        method = "layered" if has_fabric else ("spring" if G.number_of_nodes() <= 200 else "circular")
+    if method == "spring":
+        pos = nx.spring_layout(G, seed=int(seed), iterations=100)
+    elif method == "circular":
+        pos = nx.circular_layout(G)
+    elif method == "layered":
+        gpus = [n for n, k in G.nodes(data="kind") if k == "gpu"]
+        level = nx.multi_source_dijkstra_path_length(G, gpus, weight=None) if gpus else {}
+        for n in G:
+            level.setdefault(n, 0)
+        for n in G:
+            G.nodes[n]["_layer"] = level[n]
+        try:
+            pos = nx.multipartite_layout(G, subset_key="_layer", align="horizontal")
+        finally:
+            for n in G:
+                del G.nodes[n]["_layer"]
+    else:
+        raise DashboardError(f"layout: unknown method {method!r}; known: auto, layered, spring, circular")
+    return {str(n): [float(p[0]), float(p[1])] for n, p in pos.items()}
+
+
+def simulate_job(spec: str | None, upload: Mapping[str, Any] | None, op: str, algorithm: str,
+                 nbytes: int, progress: Progress = _no_progress) -> dict:
+    """One collective on the topology: ``CollectiveResult.to_dict()`` plus what was asked."""
+    import emulator
+
+    progress(0, 2, "building the topology")
+    G = build_topology(spec, upload)
+    progress(1, 2, f"simulating {op}/{algorithm} of {nbytes} bytes")
+    try:
+        result = emulator.run_collective(G, op, algorithm, nbytes)
+    except ValueError as exc:
+        raise DashboardError(f"simulation: {exc}") from None
+    out = result.to_dict()
+    out.update(request={"op": op, "algorithm": algorithm, "bytes": nbytes})
+    progress(2, 2, "done")
+    return out
+
+
+# --- validation ----------------------------------------------------------------------
+
+def _collective_dicts(trace) -> list[dict]:
+    data = trace.to_dict() if hasattr(trace, "to_dict") else dict(trace)
+    return [dict(c) for c in data.get("collectives", [])]
+
+
+def report_points(data: Mapping[str, Any], filename: str | None) -> list[dict]:
+    """The points of a ValidationReport dict, validated by ``emulator.ValidationReport``."""
+    import emulator
+
+    try:
+        report = emulator.ValidationReport.from_dict(dict(data))
+    except ValueError as exc:
+        raise DashboardError(f"validation-upload: {filename!r}: {exc}") from None
+    return [dict(p) for p in report.to_dict()["points"]]
+
+
+def measured_collectives(data: Mapping[str, Any], filename: str | None) -> list[dict]:
+    """The collectives of a MeasuredTrace dict (validated by ``emulator.MeasuredTrace``)."""
+    import emulator
+
+    try:
+        trace = emulator.MeasuredTrace.from_dict(dict(data))
+    except ValueError as exc:
+        raise DashboardError(f"validation-upload: {filename!r}: {exc}") from None
+    collectives = _collective_dicts(trace)
+    if not collectives:
+        raise DashboardError(f"validation-upload: {filename!r} holds no collectives to compare")
+    return collectives
+
+
+def nccl_tests_collectives(text: str, filename: str | None) -> list[dict]:
+    """The collectives of an nccl-tests log (text or ``-J`` JSON) via ``import_nccl_tests``."""
+    import emulator
+
+    name = os.path.basename(filename or "nccl-tests.log")
+    with tempfile.TemporaryDirectory(prefix="qsgd-emu-nccl-") as tmp:
+        path = os.path.join(tmp, name)
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        try:
+            trace = emulator.import_nccl_tests(path)
+        except ValueError as exc:
+            raise DashboardError(
+                f"validation-upload: {name!r} is neither a report, a trace nor an nccl-tests log: {exc}"
+            ) from None
+    collectives = _collective_dicts(trace)
+    if not collectives:
+        raise DashboardError(f"validation-upload: {name!r} holds no collectives to compare")
+    return collectives
+
+
+def predict_points(collectives: Sequence[Mapping[str, Any]], spec: str, algorithm: str) -> list[dict]:
+    """Predict each measured collective on topology ``spec``; points with relative errors.
+
+    ``bytes`` follows nccl-tests (docs/formats.md): per rank for allreduce, the gathered total
+    for allgather and reduce-scatter; ``emulator.run_collective`` takes the same convention.
+    """
+    import emulator
+
+    G = build_topology(spec)
+    cache: dict[tuple, float] = {}
+    points = []
+    for c in collectives:
+        op, nbytes = str(c["op"]), int(c["bytes"])
+        key = (op, algorithm, nbytes)
+        if key not in cache:
+            try:
+                cache[key] = float(emulator.run_collective(G, op, algorithm, nbytes).time_s)
+            except ValueError as exc:
+                raise DashboardError(f"validation: cannot predict {op} of {nbytes} bytes with "
+                                     f"{algorithm!r} on {spec!r}: {exc}") from None
+        measured, predicted = float(c["time_s"]), cache[key]
+        points.append({"op": op, "bytes": nbytes, "measured_s": measured, "predicted_s": predicted,
+                       "rel_error": (predicted - measured) / measured if measured > 0 else None,
+                       "held_out": True})
+    return points
+
+
+def stored_reports(store_path: str | None) -> list[dict]:
+    """Dropdown options for the ValidationReports saved in the run store."""
+    import emulator
+
+    store = emulator.RunStore(store_path)
+    return [{"label": f"#{r['id']} report (run {r.get('run_id')})", "value": r["id"]}
+            for r in store.results(kind="validation-report")]
+
+
+def stored_report_points(store_path: str | None, result_id: int) -> list[dict]:
+    import emulator
+
+    store = emulator.RunStore(store_path)
+    for r in store.results(kind="validation-report"):
+        if r["id"] == result_id:
+            return report_points(r["payload"], f"stored report #{result_id}")
+    raise DashboardError(f"validation-stored: no report #{result_id} in the run store")
+
+
+# --- what-if studies -----------------------------------------------------------------
+
+def qsgd_transports() -> list[str]:
+    """The emulator's compressed transports (``fp32``/``fp16`` are the bit widths 32 and 16)."""
+    import emulator
+
+    return sorted(t for t in emulator.TRANSPORTS if t not in ("fp32", "fp16"))
+
+
+def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size: int) -> str | None:
+    if not cache_dir:
+        return None
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in model)
+    return os.path.join(cache_dir, "traces", f"{safe}-{bits}b-d{bucket_size}.json")
+
+
+def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
+    """The PayloadTrace of a study: the uploaded one, else ``qsgd.measure`` of the model here.
+
+    A measured trace is kept under ``params["cache_dir"]/traces`` so that the next study of
+    the same model, bit width and bucket size starts at once.
+    """
+    import qsgd
+
+    if params.get("trace"):
+        try:
+            return qsgd.PayloadTrace.from_dict(params["trace"])
+        except ValueError as exc:
+            raise DashboardError(f"whatif-trace-upload: {exc}") from None
+    qsgd_bits = [b for b in params["bits"] if b < 16]
+    bits = min(qsgd_bits) if qsgd_bits else 8
+    cache = _trace_cache_path(params.get("cache_dir"), params["model"], bits, params["bucket_size"])
+    if cache and os.path.exists(cache):
+        return qsgd.PayloadTrace.load(cache)
+    progress(0, 1, f"measuring {params['model']} gradients with {bits}-bit QSGD on this CPU")
+    try:
+        cfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=int(params["bucket_size"]))
+        model = qsgd.build_model(params["model"])
+    except ValueError as exc:
+        raise DashboardError(f"whatif-model: {params['model']!r}: {exc}") from None
+    trace = qsgd.measure(model, cfg, iterations=2, batch_size=2, device="cpu", seed=0)
+    if cache:
+        os.makedirs(os.path.dirname(cache), exist_ok=True)
+        tmp = cache + f".{os.getpid()}.tmp"
+        trace.save(tmp)
+        os.replace(tmp, cache)  # atomic: two tabs measuring at once never read half a file
+    return trace
+
+
+def _topology_spec(params: Mapping[str, Any]) -> str:
+    """The topology for the study: an uploaded file is saved and named by its path."""
+    upload = params.get("topology_upload")
+    if not upload:
+        return str(params["topology"])
+    G = build_topology(None, upload)
+    import topologies
+
+    folder = os.path.join(params.get("cache_dir") or tempfile.gettempdir(), "topologies")
+    os.makedirs(folder, exist_ok=True)
+    path = os.path.join(folder, f"upload-{os.getpid()}.json")
+    topologies.save(G, path)
+    return path
+
+
+def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> dict:
+    """Run a what-if study: ``{"rows": [...], "gantt": Prediction dict, "params": ...}``.
+
+    ``params`` comes from :func:`dashboards.pages.whatif.params_from_form` (plus
+    ``cache_dir``). The Gantt chart is the replay of the best QSGD configuration (fastest
+    iteration) at the largest world size, or fp32 when no QSGD width was picked.
+    """
+    import emulator
+
+    trace = workload(params, progress)
+    spec = _topology_spec(params)
+    config = emulator.StudyConfig(
+        world_sizes=tuple(params["world_sizes"]), bits=tuple(params["bits"]),
+        transports=tuple(params["transports"]), topologies=(spec,), trace=trace,
+        device=params.get("device"))
+    total = [1]
+
+    def on_progress(done, todo=None, *_):
+        total[0] = max(total[0], int(todo or 1))
+        progress(int(done), total[0], f"study: {int(done)} of {total[0]} configurations")
+
+    try:
+        rows = emulator.run_study(config, progress=on_progress)
+    except ValueError as exc:
+        raise DashboardError(f"study: {exc}") from None
+    rows = [dict(r) for r in rows]
+    best = min((r for r in rows if r["world_size"] == max(params["world_sizes"])),
+               key=lambda r: (r.get("bits", 32) >= 16, r["iteration_s"]), default=None)
+    gantt = None
+    if best is not None:
+        progress(total[0], total[0], "timeline of one iteration")
+        gantt = emulator.replay(trace, best_graph(spec, best["world_size"]),
+                                transport=best["transport"], world_size=best["world_size"]).to_dict()
+        gantt["label"] = f"{best['transport']} {best.get('bits')}-bit at {best['world_size']} GPUs"
+    return {"rows": rows, "gantt": gantt,
+            "params": {k: v for k, v in params.items() if k not in ("trace", "topology_upload")}}
+
+
+def best_graph(spec: str, world_size: int):
+    """The topology for ``world_size`` GPUs (``{n}`` in a spec is the GPU count)."""
+    return build_topology(spec.replace("{n}", str(world_size)))

@@ -1,0 +1,143 @@
+"""Validation page: predicted against measured times, from a report or a measured log.
+
+Three uploads are understood: a ValidationReport (``qsgd-validation-report``: its points are
+drawn as they are), a MeasuredTrace (``qsgd-measured-trace``) or an nccl-tests log (text, or
+``-J`` JSON): their collectives are predicted with ``emulator.run_collective`` on the chosen
+topology and compared. Reports stored in the run store (kind ``validation-report``) can be
+picked as well.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping
+
+from dash import Input, Output, State, dcc, html, no_update
+
+from dashboards import figures, forms, jobs
+from dashboards.errors import DashboardError
+
+NAME = "validation"
+PATH = "/validation"
+TITLE = "Validation"
+
+ALGORITHMS = ("ring", "tree", "rhd", "direct")
+
+
+def summarize(points: list[Mapping[str, Any]]) -> dict:
+    """Median and max absolute relative error over the points."""
+    errs = sorted(abs(float(p["rel_error"])) for p in points if p.get("rel_error") is not None)
+    if not errs:
+        return {"points": len(points)}
+    mid = len(errs) // 2
+    median = errs[mid] if len(errs) % 2 else (errs[mid - 1] + errs[mid]) / 2
+    return {"points": len(points), "median_abs_rel_error": median, "max_abs_rel_error": errs[-1]}
+
+
+def load_upload(contents: str | None, filename: str | None, topology_spec: str | None,
+                algorithm: str | None) -> dict:
+    """Points (``op``, ``bytes``, ``measured_s``, ``predicted_s``, ``rel_error``) from an upload.
+
+    Raises
+    ------
+    DashboardError
+        Empty or malformed upload, or a trace without a topology to predict on.
+    """
+    text = forms.upload_text(contents, filename, "validation-upload")
+    data = None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    fmt = data.get("format") if isinstance(data, dict) else None
+    if fmt == "qsgd-validation-report":
+        points = jobs.report_points(data, filename)
+        return {"points": points, "source": f"report {filename}",
+                "topology": data.get("topology"), "summary": summarize(points)}
+    if fmt == "qsgd-measured-trace":
+        collectives = jobs.measured_collectives(data, filename)
+    else:
+        collectives = jobs.nccl_tests_collectives(text, filename)
+    if not topology_spec or not str(topology_spec).strip():
+        raise DashboardError("validation-topology: empty; give the topology to predict on "
+                             "(for example switch:8,bw=25GB/s)")
+    points = jobs.predict_points(collectives, str(topology_spec).strip(), algorithm or "ring")
+    return {"points": points, "source": f"{filename} predicted on {topology_spec}",
+            "topology": topology_spec, "summary": summarize(points)}
+
+
+def summary_text(result: Mapping[str, Any] | None) -> str:
+    if not result:
+        return "Upload a ValidationReport, a MeasuredTrace or an nccl-tests log."
+    s = result.get("summary", {})
+    text = f"{result.get('source')}: {s.get('points', 0)} points"
+    if "median_abs_rel_error" in s:
+        text += (f", median |error| {s['median_abs_rel_error']:.1%},"
+                 f" max |error| {s['max_abs_rel_error']:.1%}")
+    return text
+
+
+def draw(result: Mapping[str, Any] | None) -> tuple:
+    if not result or not result.get("points"):
+        msg = "no points yet"
+        return (figures.message_figure(msg, "predicted vs measured"),
+                figures.message_figure(msg, "relative error per size"))
+    return (figures.validation_scatter(result["points"]),
+            figures.validation_error_figure(result["points"]))
+
+
+def layout(query: Mapping[str, str], ctx) -> Any:
+    return html.Div([
+        html.H2("Validation: the emulator against measurements"),
+        html.Div([
+            dcc.Upload(id="validation-upload", children=html.Div(
+                ["Drop or ", html.A("choose"), " a ValidationReport, MeasuredTrace or nccl-tests log"]),
+                className="upload", multiple=False),
+            html.Label("topology (for logs and traces)", htmlFor="validation-topology"),
+            dcc.Input(id="validation-topology", type="text", debounce=True,
+                      value=query.get("topology", "switch:8"), placeholder="switch:8,bw=25GB/s"),
+            html.Label("algorithm", htmlFor="validation-algorithm"),
+            dcc.Dropdown(id="validation-algorithm", options=list(ALGORITHMS),
+                         value=query.get("algorithm", "ring"), clearable=False,
+                         style={"minWidth": "8em"}),
+        ], className="row"),
+        html.Div([
+            html.Label("stored report", htmlFor="validation-stored"),
+            dcc.Dropdown(id="validation-stored", placeholder="reports in the run store",
+                         style={"minWidth": "20em"}),
+        ], className="row"),
+        html.Div(id="validation-error", className="error"),
+        html.Div(id="validation-summary", className="status"),
+        dcc.Store(id="validation-result"),
+        html.Div([dcc.Graph(id="validation-scatter", className="panel"),
+                  dcc.Graph(id="validation-errors", className="panel")], className="grid"),
+    ], id="validation-page")
+
+
+def register(app, ctx) -> None:
+    @app.callback(Output("validation-stored", "options"), Input("validation-page", "id"))
+    def _stored(_):
+        try:
+            return jobs.stored_reports(ctx.store_path)
+        except (ValueError, RuntimeError, OSError):
+            return []
+
+    @app.callback(Output("validation-result", "data"), Output("validation-error", "children"),
+                  Input("validation-upload", "contents"), Input("validation-topology", "value"),
+                  Input("validation-algorithm", "value"), Input("validation-stored", "value"),
+                  State("validation-upload", "filename"), prevent_initial_call=True)
+    def _load(contents, spec, algorithm, stored, filename):
+        try:
+            if contents:
+                return load_upload(contents, filename, spec, algorithm), ""
+            if stored is not None:
+                points = jobs.stored_report_points(ctx.store_path, stored)
+                return {"points": points, "source": f"stored report #{stored}",
+                        "summary": summarize(points)}, ""
+        except (ValueError, RuntimeError, OSError) as exc:
+            return None, str(exc)
+        return no_update, ""
+
+    @app.callback(Output("validation-scatter", "figure"), Output("validation-errors", "figure"),
+                  Output("validation-summary", "children"), Input("validation-result", "data"))
+    def _draw(result):
+        return (*draw(result), summary_text(result))

@@ -1,0 +1,255 @@
+"""What-if page: QSGD on a chosen cluster, scaling curves, iteration breakdown, Gantt chart.
+
+The inputs mirror ``qsgd-emu study``: a topology (a preset or spec, or an uploaded topology
+file), a model (measured here) or an uploaded PayloadTrace, bit widths, bucket size,
+transports, world sizes and a target device. "Run" starts a Dash background callback (its
+own process, with progress and cancel), so the page never freezes and two tabs run studies
+at once. The inputs are mirrored into the URL query string, so a study can be shared by URL.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Mapping
+
+from dash import Input, Output, State, dcc, html, no_update
+
+from dashboards import figures, forms, jobs
+from dashboards.errors import DashboardError
+
+NAME = "whatif"
+PATH = "/whatif"
+TITLE = "What-if"
+
+BIT_CHOICES = (32, 16, 8, 4, 2)
+DEFAULTS: dict[str, Any] = {
+    "topology": "dgx_a100",
+    "spec": "",
+    "model": "resnet50",
+    "bits": [32, 16, 8, 4, 2],
+    "bucket": 512,
+    "transports": [],  # filled from the emulator's QSGD transports at layout time
+    "sizes": "8,16,32,64,128",
+    "device": "",
+    "metric": "throughput_samples_s",
+}
+#: URL query key -> form component id (the state that a shared URL restores).
+QUERY_IDS: dict[str, str] = {
+    "topology": "whatif-topology", "spec": "whatif-spec", "model": "whatif-model",
+    "bits": "whatif-bits", "bucket": "whatif-bucket", "transports": "whatif-transports",
+    "sizes": "whatif-sizes", "device": "whatif-device", "metric": "whatif-metric",
+}
+
+
+def params_from_form(*, topology, spec, topology_upload, topology_filename, model, trace_upload,
+                     trace_filename, bits, bucket, transports, sizes, device) -> dict:
+    """Validated study parameters (JSON-ready) from the raw form values.
+
+    Raises
+    ------
+    DashboardError
+        Naming the field: empty selections, unparsable numbers, malformed uploads.
+    """
+    params: dict[str, Any] = {}
+    if topology_upload:
+        params["topology_upload"] = {
+            "filename": topology_filename,
+            "text": forms.upload_text(topology_upload, topology_filename, "whatif-topology-upload"),
+        }
+        params["topology"] = topology_filename or "uploaded topology"
+    else:
+        chosen = (spec or "").strip() or (topology or "").strip()
+        if not chosen:
+            raise DashboardError("whatif-topology: nothing selected; pick a preset or type a spec")
+        params["topology"] = chosen
+    if trace_upload:
+        params["trace"] = forms.upload_json(trace_upload, trace_filename, "whatif-trace-upload")
+        fmt = params["trace"].get("format")
+        if fmt != "qsgd-payload-trace":
+            raise DashboardError(f"whatif-trace-upload: {trace_filename!r} has format {fmt!r}, "
+                                 "expected 'qsgd-payload-trace'")
+        params["model"] = params["trace"].get("model", "uploaded trace")
+    else:
+        if not model:
+            raise DashboardError("whatif-model: nothing selected; pick a model or upload a trace")
+        params["model"] = str(model)
+    params["bits"] = [int(b) for b in forms.require_selection(bits, "whatif-bits")]
+    params["bucket_size"] = forms.parse_int(bucket, "whatif-bucket", min_value=1, max_value=1 << 24)
+    qsgd_bits = [b for b in params["bits"] if b < 16]
+    params["transports"] = list(forms.require_selection(transports, "whatif-transports")) \
+        if qsgd_bits else list(transports or [])
+    params["world_sizes"] = list(forms.parse_int_list(sizes, "whatif-sizes", min_value=1,
+                                                      max_value=65536))
+    params["device"] = device or None
+    return params
+
+
+def rows_csv(rows: list[Mapping[str, Any]]) -> str:
+    """Study rows as CSV text (columns in first-seen order)."""
+    columns: list[str] = []
+    for row in rows:
+        columns += [k for k in row if k not in columns]
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: row.get(k) for k in columns})
+    return buf.getvalue()
+
+
+def draw(results: Mapping[str, Any] | None, metric: str) -> tuple:
+    """Scaling, speedup, breakdown and Gantt figures for a job's results."""
+    if not results or not results.get("rows"):
+        msg = "press Run to start a study"
+        return (figures.message_figure(msg, "scaling"), figures.message_figure(msg, "speedup"),
+                figures.message_figure(msg, "breakdown"), figures.message_figure(msg, "timeline"))
+    rows = results["rows"]
+    gantt = results.get("gantt")
+    return (figures.scaling_figure(rows, metric),
+            figures.scaling_figure(rows, "speedup_vs_fp32"),
+            figures.breakdown_figure(rows),
+            figures.gantt_figure(gantt) if gantt else figures.message_figure("no timeline"))
+
+
+def _options(ctx) -> dict[str, list]:
+    import emulator
+    import qsgd
+    import topologies
+
+    return {
+        "topology": sorted(topologies.PRESETS),
+        "model": sorted(qsgd.MODELS),
+        "transports": jobs.qsgd_transports(),
+        "device": sorted(emulator.DEVICES),
+    }
+
+
+def layout(query: Mapping[str, str], ctx) -> Any:
+    opts = _options(ctx)
+    q = forms.from_query(query)
+    transports_default = opts["transports"]
+    bits = forms.query_list(q, "bits", DEFAULTS["bits"], int)
+    transports = forms.query_list(q, "transports", transports_default)
+    label = lambda text, for_id: html.Label(text, htmlFor=for_id)  # noqa: E731
+    return html.Div([
+        html.H2("What-if: QSGD on your cluster"),
+        html.Div([
+            html.Div([label("topology preset", "whatif-topology"),
+                      dcc.Dropdown(id="whatif-topology", options=opts["topology"],
+                                   value=q.get("topology", DEFAULTS["topology"]))], className="field"),
+            html.Div([label("or spec (with {n} for the GPU count)", "whatif-spec"),
+                      dcc.Input(id="whatif-spec", type="text", value=q.get("spec", ""),
+                                placeholder="fat_tree:k=8,bw=100Gbit", debounce=True)], className="field"),
+            dcc.Upload(id="whatif-topology-upload", className="upload",
+                       children=html.Div(["or drop a ", html.A("topology file")])),
+            html.Div([label("model", "whatif-model"),
+                      dcc.Dropdown(id="whatif-model", options=opts["model"],
+                                   value=q.get("model", DEFAULTS["model"]))], className="field"),
+            dcc.Upload(id="whatif-trace-upload", className="upload",
+                       children=html.Div(["or drop a ", html.A("PayloadTrace")])),
+            html.Div([label("target device", "whatif-device"),
+                      dcc.Dropdown(id="whatif-device", options=opts["device"],
+                                   value=q.get("device") or None,
+                                   placeholder="as measured")], className="field"),
+        ], className="row"),
+        html.Div([
+            html.Div([label("bits", "whatif-bits"),
+                      dcc.Checklist(id="whatif-bits", options=list(BIT_CHOICES), value=bits,
+                                    inline=True)], className="field"),
+            html.Div([label("bucket size (elements)", "whatif-bucket"),
+                      dcc.Input(id="whatif-bucket", type="number", min=1, step=1, debounce=True,
+                                value=q.get("bucket", DEFAULTS["bucket"]))], className="field"),
+            html.Div([label("QSGD transports", "whatif-transports"),
+                      dcc.Checklist(id="whatif-transports", options=opts["transports"],
+                                    value=transports, inline=True)], className="field"),
+            html.Div([label("world sizes (GPUs)", "whatif-sizes"),
+                      dcc.Input(id="whatif-sizes", type="text", debounce=True,
+                                value=q.get("sizes", DEFAULTS["sizes"]))], className="field"),
+        ], className="row"),
+        html.Div([
+            html.Button("Run", id="whatif-run", n_clicks=0),
+            html.Button("Cancel", id="whatif-cancel", n_clicks=0, disabled=True),
+            html.Progress(id="whatif-progress", value="0", max="1"),
+            html.Span(id="whatif-progress-text", className="status"),
+            html.Button("Download CSV", id="whatif-download-csv", n_clicks=0),
+            html.Button("Download JSON", id="whatif-download-json", n_clicks=0),
+            dcc.Download(id="whatif-download"),
+        ], className="row"),
+        html.Div(id="whatif-error", className="error"),
+        dcc.Store(id="whatif-results"),
+        html.Div([
+            label("scaling metric", "whatif-metric"),
+            dcc.RadioItems(id="whatif-metric", inline=True,
+                           value=q.get("metric", DEFAULTS["metric"]),
+                           options=[{"label": figures.SCALING_METRICS[k][0], "value": k}
+                                    for k in ("throughput_samples_s", "iteration_s",
+                                              "scaling_efficiency", "bytes_per_gpu")]),
+        ], className="row"),
+        html.Div([dcc.Graph(id="whatif-scaling", className="panel"),
+                  dcc.Graph(id="whatif-speedup", className="panel"),
+                  dcc.Graph(id="whatif-breakdown", className="panel"),
+                  dcc.Graph(id="whatif-gantt", className="panel")], className="grid"),
+    ], id="whatif-page")
+
+
+def register(app, ctx) -> None:
+    form_states = [
+        State("whatif-topology", "value"), State("whatif-spec", "value"),
+        State("whatif-topology-upload", "contents"), State("whatif-topology-upload", "filename"),
+        State("whatif-model", "value"), State("whatif-trace-upload", "contents"),
+        State("whatif-trace-upload", "filename"), State("whatif-bits", "value"),
+        State("whatif-bucket", "value"), State("whatif-transports", "value"),
+        State("whatif-sizes", "value"), State("whatif-device", "value"),
+    ]
+
+    @app.callback(Output("url", "search"), [Input(i, "value") for i in QUERY_IDS.values()],
+                  prevent_initial_call=True)
+    def _share(*values):
+        return forms.to_query(dict(zip(QUERY_IDS, values)))
+
+    @app.callback(
+        Output("whatif-results", "data"), Output("whatif-error", "children"),
+        Input("whatif-run", "n_clicks"), *form_states,
+        background=True, manager=ctx.manager, prevent_initial_call=True,
+        running=[(Output("whatif-run", "disabled"), True, False),
+                 (Output("whatif-cancel", "disabled"), False, True)],
+        progress=[Output("whatif-progress", "value"), Output("whatif-progress", "max"),
+                  Output("whatif-progress-text", "children")],
+        cancel=[Input("whatif-cancel", "n_clicks")],
+    )
+    def _run(set_progress, _n, topology, spec, topo_up, topo_name, model, trace_up, trace_name,
+             bits, bucket, transports, sizes, device):
+        def progress(done, total, text):
+            set_progress((str(done), str(max(total, 1)), text))
+
+        try:
+            params = params_from_form(
+                topology=topology, spec=spec, topology_upload=topo_up,
+                topology_filename=topo_name, model=model, trace_upload=trace_up,
+                trace_filename=trace_name, bits=bits, bucket=bucket, transports=transports,
+                sizes=sizes, device=device)
+            params["cache_dir"] = ctx.cache_dir  # measured traces are reused across studies
+            results = jobs.whatif_job(params, progress)
+        except (ValueError, RuntimeError, OSError) as exc:
+            progress(0, 1, "failed")
+            return no_update, str(exc)
+        return results, ""
+
+    @app.callback(Output("whatif-scaling", "figure"), Output("whatif-speedup", "figure"),
+                  Output("whatif-breakdown", "figure"), Output("whatif-gantt", "figure"),
+                  Input("whatif-results", "data"), Input("whatif-metric", "value"))
+    def _draw(results, metric):
+        return draw(results, metric or DEFAULTS["metric"])
+
+    @app.callback(Output("whatif-download", "data"), Input("whatif-download-csv", "n_clicks"),
+                  Input("whatif-download-json", "n_clicks"), State("whatif-results", "data"),
+                  prevent_initial_call=True)
+    def _download(n_csv, n_json, results):
+        from dash import ctx as cb
+
+        if not results or not results.get("rows"):
+            return no_update
+        if cb.triggered_id == "whatif-download-csv":
+            return dcc.send_string(rows_csv(results["rows"]), "study.csv")
+        return dcc.send_string(json.dumps(results, indent=1), "study.json")

@@ -1,0 +1,119 @@
+"""The pages' callbacks as plain functions: parsing forms, building graphs, drawing results."""
+import base64
+import json
+
+import pytest
+
+from dashboards import jobs
+from dashboards.errors import DashboardError
+from dashboards.pages import topology, validation, whatif
+
+
+def _data_url(data: bytes) -> str:
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode()
+
+
+# --- what-if ---------------------------------------------------------------------------
+
+FORM = dict(topology="dgx_a100", spec="", topology_upload=None, topology_filename=None,
+            model="mlp", trace_upload=None, trace_filename=None, bits=[32, 4],
+            bucket="512", transports=["qsgd_allgather"], sizes="8, 2,4", device=None)
+
+
+def test_whatif_form_to_params():
+    p = whatif.params_from_form(**FORM)
+    assert p == {"topology": "dgx_a100", "model": "mlp", "bits": [32, 4], "bucket_size": 512,
+                 "transports": ["qsgd_allgather"], "world_sizes": [2, 4, 8], "device": None}
+    p = whatif.params_from_form(**dict(FORM, spec=" switch:{n} "))
+    assert p["topology"] == "switch:{n}"
+    # Only fp32/fp16 picked: no QSGD transport is needed.
+    p = whatif.params_from_form(**dict(FORM, bits=[32, 16], transports=[]))
+    assert p["transports"] == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"topology": None, "spec": ""}, "whatif-topology: nothing selected"),
+    ({"model": None}, "whatif-model: nothing selected"),
+    ({"bits": []}, "whatif-bits: nothing selected"),
+    ({"transports": []}, "whatif-transports: nothing selected"),
+    ({"bucket": "abc"}, "whatif-bucket: 'abc' is not a number"),
+    ({"sizes": "8,x"}, "whatif-sizes: 'x' is not a whole number"),
+    ({"sizes": ""}, "whatif-sizes: empty"),
+    ({"trace_upload": _data_url(b"{oops"), "trace_filename": "t.json"},
+     r"whatif-trace-upload: 't.json' is not JSON"),
+    ({"trace_upload": _data_url(b'{"format": "qsgd-measured-trace"}'), "trace_filename": "t.json"},
+     "has format 'qsgd-measured-trace', expected 'qsgd-payload-trace'"),
+])
+def test_whatif_form_errors_name_the_field(change, message):
+    with pytest.raises(DashboardError, match=message):
+        whatif.params_from_form(**dict(FORM, **change))
+
+
+def test_whatif_csv_and_empty_figures():
+    rows = [{"world_size": 2, "bits": 32, "transport": "fp32"},
+            {"world_size": 4, "bits": 4, "transport": "qsgd_allgather", "extra": 1.5}]
+    text = whatif.rows_csv(rows)
+    assert text.splitlines() == ["world_size,bits,transport,extra", "2,32,fp32,",
+                                 "4,4,qsgd_allgather,1.5"]
+    figs = whatif.draw(None, "throughput_samples_s")
+    assert len(figs) == 4
+    assert all(f.layout.annotations[0].text == "press Run to start a study" for f in figs)
+
+
+# --- topology --------------------------------------------------------------------------
+
+def test_topology_graph_layout_is_deterministic_and_complete():
+    a = topology.load_graph("fat_tree:k=4", None, None, "auto", 0)
+    b = topology.load_graph("fat_tree:k=4", None, None, "auto", 0)
+    assert a == b
+    assert a["summary"]["gpus"] == 16 and a["summary"]["links"] == 48
+    assert len(a["graph"]["nodes"]) == 36 and len(a["graph"]["links"]) == 48
+    assert set(a["positions"]) == {n["id"] for n in a["graph"]["nodes"]}
+    # Layered: every GPU on the bottom row, switches above.
+    ys = {n["id"]: a["positions"][n["id"]][1] for n in a["graph"]["nodes"]}
+    gpu_y = {ys[n["id"]] for n in a["graph"]["nodes"] if n["kind"] == "gpu"}
+    assert len(gpu_y) == 1
+    json.dumps(a)  # what the dcc.Store carries must be JSON
+    s1 = topology.load_graph("ring:8", None, None, "spring", 1)["positions"]
+    s2 = topology.load_graph("ring:8", None, None, "spring", 2)["positions"]
+    assert s1 != s2
+    assert s1 == topology.load_graph("ring:8", None, None, "spring", 1)["positions"]
+
+
+def test_topology_uploaded_file_round_trip(tmp_path):
+    import topologies
+
+    G = topologies.from_spec("switch:4")
+    path = topologies.save(G, tmp_path / "mine.json")
+    url = _data_url(path.read_bytes())
+    state = topology.load_graph(None, url, "mine.json", "auto", 0)
+    assert state["summary"]["gpus"] == 4 and state["upload"]["filename"] == "mine.json"
+    with pytest.raises(DashboardError, match="topology upload 'bad.json'"):
+        topology.load_graph(None, _data_url(b'{"format": "qsgd-topology"}'), "bad.json", "auto", 0)
+    with pytest.raises(DashboardError, match="topology: 'fat_tree:k=banana'"):
+        topology.load_graph("fat_tree:k=banana", None, None, "auto", 0)
+    with pytest.raises(DashboardError, match="topology-seed: -1 is outside"):
+        topology.load_graph("ring:4", None, None, "auto", -1)
+    with pytest.raises(DashboardError, match="layout: unknown method 'zigzag'"):
+        topology.load_graph("ring:4", None, None, "zigzag", 0)
+
+
+def test_topology_draw_without_and_with_simulation():
+    state = topology.load_graph("switch:4", None, None, "auto", 0)
+    fig = topology.draw(state, None)
+    names = [t.name for t in fig.data]
+    assert "gpu" in names and "switch" in names
+    assert not any(n.startswith("utilization") and t.showlegend for t, n in zip(fig.data, names))
+    assert topology.draw(None, None).layout.annotations[0].text == "pick a topology"
+
+
+# --- validation ------------------------------------------------------------------------
+
+def test_validation_summary_and_bad_uploads():
+    pts = [{"rel_error": 0.1}, {"rel_error": -0.02}, {"rel_error": 0.04}, {"rel_error": None}]
+    s = validation.summarize(pts)
+    assert s == {"points": 4, "median_abs_rel_error": 0.04, "max_abs_rel_error": 0.1}
+    with pytest.raises(DashboardError, match="validation-upload: no file uploaded"):
+        validation.load_upload(None, None, "switch:4", "ring")
+    with pytest.raises(DashboardError, match="not UTF-8"):
+        validation.load_upload(_data_url(b"\xff\xfe"), "x.log", "switch:4", "ring")
