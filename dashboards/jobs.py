@@ -138,9 +138,15 @@ def simulate_job(spec: str | None, upload: Mapping[str, Any] | None, op: str, al
 
 # --- validation ----------------------------------------------------------------------
 
-def _collective_dicts(trace) -> list[dict]:
-    data = trace.to_dict() if hasattr(trace, "to_dict") else dict(trace)
-    return [dict(c) for c in data.get("collectives", [])]
+def _measured(trace, name: str | None) -> dict:
+    """``{"collectives", "world_size", "topology"}`` of a MeasuredTrace."""
+    data = trace.to_dict()
+    collectives = [dict(c) for c in data.get("collectives", [])]
+    if not collectives:
+        raise DashboardError(f"validation-upload: {name!r} holds no collectives to compare")
+    env = data.get("environment", {})
+    return {"collectives": collectives, "world_size": int(env.get("world_size") or 0) or None,
+            "topology": env.get("topology")}
 
 
 def report_points(data: Mapping[str, Any], filename: str | None) -> list[dict]:
@@ -154,7 +160,7 @@ def report_points(data: Mapping[str, Any], filename: str | None) -> list[dict]:
     return [dict(p) for p in report.to_dict()["points"]]
 
 
-def measured_collectives(data: Mapping[str, Any], filename: str | None) -> list[dict]:
+def measured_collectives(data: Mapping[str, Any], filename: str | None) -> dict:
     """The collectives of a MeasuredTrace dict (validated by ``emulator.MeasuredTrace``)."""
     import emulator
 
@@ -162,13 +168,10 @@ def measured_collectives(data: Mapping[str, Any], filename: str | None) -> list[
         trace = emulator.MeasuredTrace.from_dict(dict(data))
     except ValueError as exc:
         raise DashboardError(f"validation-upload: {filename!r}: {exc}") from None
-    collectives = _collective_dicts(trace)
-    if not collectives:
-        raise DashboardError(f"validation-upload: {filename!r} holds no collectives to compare")
-    return collectives
+    return _measured(trace, filename)
 
 
-def nccl_tests_collectives(text: str, filename: str | None) -> list[dict]:
+def nccl_tests_collectives(text: str, filename: str | None) -> dict:
     """The collectives of an nccl-tests log (text or ``-J`` JSON) via ``import_nccl_tests``."""
     import emulator
 
@@ -183,21 +186,28 @@ def nccl_tests_collectives(text: str, filename: str | None) -> list[dict]:
             raise DashboardError(
                 f"validation-upload: {name!r} is neither a report, a trace nor an nccl-tests log: {exc}"
             ) from None
-    collectives = _collective_dicts(trace)
-    if not collectives:
-        raise DashboardError(f"validation-upload: {name!r} holds no collectives to compare")
-    return collectives
+    return _measured(trace, name)
 
 
-def predict_points(collectives: Sequence[Mapping[str, Any]], spec: str, algorithm: str) -> list[dict]:
+def predict_points(collectives: Sequence[Mapping[str, Any]], spec: str, algorithm: str,
+                   world_size: int | None = None) -> list[dict]:
     """Predict each measured collective on topology ``spec``; points with relative errors.
 
     ``bytes`` follows nccl-tests (docs/formats.md): per rank for allreduce, the gathered total
     for allgather and reduce-scatter; ``emulator.run_collective`` takes the same convention.
+    The collective runs over the first ``world_size`` GPUs (all of them by default).
     """
     import emulator
+    import topologies
 
     G = build_topology(spec)
+    ranks = None
+    if world_size is not None:
+        n = len(topologies.gpus(G))
+        if world_size > n:
+            raise DashboardError(f"validation-topology: {spec!r} has {n} GPUs, the measurement "
+                                 f"used {world_size} ranks")
+        ranks = list(range(world_size))
     cache: dict[tuple, float] = {}
     points = []
     for c in collectives:
@@ -205,7 +215,8 @@ def predict_points(collectives: Sequence[Mapping[str, Any]], spec: str, algorith
         key = (op, algorithm, nbytes)
         if key not in cache:
             try:
-                cache[key] = float(emulator.run_collective(G, op, algorithm, nbytes).time_s)
+                cache[key] = float(emulator.run_collective(G, op, algorithm, nbytes,
+                                                           ranks=ranks).time_s)
             except ValueError as exc:
                 raise DashboardError(f"validation: cannot predict {op} of {nbytes} bytes with "
                                      f"{algorithm!r} on {spec!r}: {exc}") from None

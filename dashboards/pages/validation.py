@@ -54,15 +54,17 @@ def load_upload(contents: str | None, filename: str | None, topology_spec: str |
         return {"points": points, "source": f"report {filename}",
                 "topology": data.get("topology"), "summary": summarize(points)}
     if fmt == "qsgd-measured-trace":
-        collectives = jobs.measured_collectives(data, filename)
+        measured = jobs.measured_collectives(data, filename)
     else:
-        collectives = jobs.nccl_tests_collectives(text, filename)
-    if not topology_spec or not str(topology_spec).strip():
+        measured = jobs.nccl_tests_collectives(text, filename)
+    spec = (topology_spec or "").strip() or (measured.get("topology") or "")
+    if not spec:
         raise DashboardError("validation-topology: empty; give the topology to predict on "
-                             "(for example switch:8,bw=25GB/s)")
-    points = jobs.predict_points(collectives, str(topology_spec).strip(), algorithm or "ring")
-    return {"points": points, "source": f"{filename} predicted on {topology_spec}",
-            "topology": topology_spec, "summary": summarize(points)}
+                             "(for example dgx_a100 or switch:8,bw=25GB/s)")
+    points = jobs.predict_points(measured["collectives"], spec, algorithm or "ring",
+                                 measured.get("world_size"))
+    return {"points": points, "source": f"{filename} predicted on {spec}",
+            "topology": spec, "summary": summarize(points)}
 
 
 def summary_text(result: Mapping[str, Any] | None) -> str:
@@ -94,7 +96,8 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                 className="upload", multiple=False),
             html.Label("topology (for logs and traces)", htmlFor="validation-topology"),
             dcc.Input(id="validation-topology", type="text", debounce=True,
-                      value=query.get("topology", "switch:8"), placeholder="switch:8,bw=25GB/s"),
+                      value=query.get("topology", ""),
+                      placeholder="from the trace, or e.g. dgx_a100"),
             html.Label("algorithm", htmlFor="validation-algorithm"),
             dcc.Dropdown(id="validation-algorithm", options=list(ALGORITHMS),
                          value=query.get("algorithm", "ring"), clearable=False,
