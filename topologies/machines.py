@@ -149,6 +149,8 @@ def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
     The usual 8-GPU PCIe layout (e.g. 8 x V100 PCIe or T4 in a 4U server): PCIe switches
     alternate between the two CPUs, the CPUs are joined by QPI (19.2 GB/s), so GPU pairs on
     different sockets pay the socket link. ``nics`` NICs hang off the PCIe switches in turn.
+    Sources: PCI Express base specification rates (gen3 8 GT/s, gen4 16, gen5 32, 128b/130b
+    coding, x16); Intel Xeon E5 v4 datasheet for QPI at 9.6 GT/s.
 
     Parameters
     ----------

@@ -9,19 +9,24 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 
 from .errors import SpecError
 
 _NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*(.*?)\s*$")
 
-_DECIMAL = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15}
-_BINARY = {"Ki": 2.0**10, "Mi": 2.0**20, "Gi": 2.0**30, "Ti": 2.0**40, "Pi": 2.0**50}
-_PREFIXES = {**_DECIMAL, **_BINARY, "KI": 2.0**10, "ki": 2.0**10}
+# Decimal arithmetic: "5us" gives exactly the float nearest to 5e-6, as the literal would.
+_D = Decimal
+_DECIMAL = {"": _D(1), "k": _D("1e3"), "K": _D("1e3"), "M": _D("1e6"), "G": _D("1e9"),
+            "T": _D("1e12"), "P": _D("1e15")}
+_BINARY = {"Ki": _D(2**10), "Mi": _D(2**20), "Gi": _D(2**30), "Ti": _D(2**40), "Pi": _D(2**50)}
+_PREFIXES = {**_DECIMAL, **_BINARY, "KI": _D(2**10), "ki": _D(2**10)}
 
 _BYTES_UNIT = re.compile(r"^(|k|K|M|G|T|P|Ki|KI|ki|Mi|Gi|Ti|Pi)(B|bytes?)?$")
 _BW_UNIT = re.compile(r"^(|k|K|M|G|T|P|Ki|Mi|Gi|Ti|Pi)(B|bit|b)?(/s|ps)?$")
-_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6,
-               "\u03bcs": 1e-6, "ns": 1e-9, "ps": 1e-12, "min": 60.0}
+_TIME_UNITS = {"": _D(1), "s": _D(1), "sec": _D(1), "ms": _D("1e-3"), "us": _D("1e-6"),
+               "\u00b5s": _D("1e-6"), "\u03bcs": _D("1e-6"), "ns": _D("1e-9"),
+               "ps": _D("1e-12"), "min": _D(60)}
 
 
 def _split(text, what: str):
@@ -29,26 +34,29 @@ def _split(text, what: str):
         raise SpecError(f"{what} {text!r} not understood: expected a number or a string such as "
                         f"{_EXAMPLE[what]}")
     if isinstance(text, (int, float)):
-        return float(text), None
+        if not math.isfinite(text):
+            raise SpecError(f"{what} {text!r} is not finite")
+        return Decimal(text), None
     if not isinstance(text, str):
         raise SpecError(f"{what} {text!r} not understood: expected a number or a string such as "
                         f"{_EXAMPLE[what]}")
     m = _NUMBER.match(text)
     if not m:
         raise SpecError(f"{what} {text!r} not understood: no leading number (e.g. {_EXAMPLE[what]})")
-    return float(m.group(1)), m.group(2)
+    return Decimal(m.group(1)), m.group(2)
 
 
 _EXAMPLE = {"size": "'256MB' or '4KiB'", "bandwidth": "'100Gbit' or '25GB/s'",
             "time": "'2us' or '1.5ms'"}
 
 
-def _finite(value: float, text, what: str) -> float:
-    if not math.isfinite(value):
-        raise SpecError(f"{what} {text!r} is not finite")
+def _finite(value: Decimal, text, what: str) -> float:
     if value < 0:
         raise SpecError(f"{what} {text!r} is negative")
-    return value
+    out = float(value)
+    if not math.isfinite(out):
+        raise SpecError(f"{what} {text!r} is not finite")
+    return out
 
 
 def parse_bytes(text) -> int:
@@ -71,18 +79,18 @@ def parse_bytes(text) -> int:
         When the number or the unit is not understood, or the size is negative or fractional.
     """
     value, unit = _split(text, "size")
-    scale = 1.0
+    scale = _D(1)
     if unit:
         m = _BYTES_UNIT.match(unit)
         if not m:
             raise SpecError(f"size {text!r} not understood: unit {unit!r} "
                             f"(expected B, kB, MB, GB, TB or KiB, MiB, GiB, TiB)")
         scale = _PREFIXES[m.group(1)]
-    value = _finite(value * scale, text, "size")
-    rounded = round(value)
-    if abs(value - rounded) > 1e-6 * max(1.0, value):
-        raise SpecError(f"size {text!r} is not a whole number of bytes ({value!r})")
-    return int(rounded)
+    exact = value * scale
+    _finite(exact, text, "size")
+    if exact != exact.to_integral_value():
+        raise SpecError(f"size {text!r} is not a whole number of bytes ({float(exact)!r})")
+    return int(exact)
 
 
 def parse_bandwidth(text) -> float:
@@ -97,13 +105,13 @@ def parse_bandwidth(text) -> float:
         When the number or unit is not understood, or the bandwidth is not positive and finite.
     """
     value, unit = _split(text, "bandwidth")
-    scale = 1.0
+    scale = _D(1)
     if unit:
         m = _BW_UNIT.match(unit)
         if not m or (m.group(2) is None and m.group(1) != ""):
             raise SpecError(f"bandwidth {text!r} not understood: unit {unit!r} "
                             f"(expected e.g. Gbit, Gb/s, Gbps, GB/s, MiB/s)")
-        scale = _PREFIXES[m.group(1)] * (0.125 if m.group(2) in ("b", "bit") else 1.0)
+        scale = _PREFIXES[m.group(1)] / (8 if m.group(2) in ("b", "bit") else 1)
     value = _finite(value * scale, text, "bandwidth")
     if value == 0:
         raise SpecError(f"bandwidth {text!r} must be positive")
@@ -119,7 +127,7 @@ def parse_time(text) -> float:
         When the number or unit is not understood, or the time is negative or not finite.
     """
     value, unit = _split(text, "time")
-    scale = 1.0
+    scale = _D(1)
     if unit:
         if unit not in _TIME_UNITS:
             raise SpecError(f"time {text!r} not understood: unit {unit!r} "
