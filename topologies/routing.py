@@ -4,7 +4,7 @@ Metric: a path's cost is (total latency, hops), compared lexicographically. Late
 rounded to whole picoseconds, so two paths whose latencies agree to 0.5 ps tie; ties are
 broken by hop count and what still ties is an equal-cost multi-path (ECMP) set. As in real
 switches, each hop picks one of its equal-cost next hops by a stable hash of the flow (the
-CRC-32 of src, dst, flow and the hop; never Python's salted ``hash``), so a route is a pure
+BLAKE2b of src, dst, flow and the hop; never Python's salted ``hash``), so a route is a pure
 function of (graph, src, dst, flow).
 
 Speed. Two facts keep routing of a whole cluster in seconds:
@@ -21,14 +21,23 @@ Speed. Two facts keep routing of a whole cluster in seconds:
 """
 from __future__ import annotations
 
+import hashlib
 import heapq
 import math
-import zlib
 from collections import OrderedDict
 
 import networkx as nx
 
 from .errors import RoutingError, ValidationError
+
+def _stable_hash(text: str) -> int:
+    """A 64-bit hash that is the same in every process (unlike the salted ``hash``).
+
+    BLAKE2b rather than CRC-32: CRC is linear, so its low bits barely change between flow
+    keys that differ in a few characters, and ``% 2`` would send them all the same way.
+    """
+    return int.from_bytes(hashlib.blake2b(text.encode(), digest_size=8).digest(), "little")
+
 
 #: Hop weight: cost = latency_ps * HOP + hops, so latency dominates and hops break ties.
 HOP = 1 << 20
@@ -122,7 +131,11 @@ class Router:
             If a node is unknown or no path exists.
         """
         key = (src, dst, flow)
-        cached = self._paths.get(key)
+        try:
+            cached = self._paths.get(key)
+        except TypeError:
+            self._node(src), self._node(dst)
+            raise RoutingError(f"flow {flow!r} must be hashable (an int or a string)") from None
         if cached is not None:
             self._paths.move_to_end(key)
             return cached
@@ -217,8 +230,7 @@ class Router:
             if len(nxt) == 1:
                 u = nxt[0]
             else:
-                h = zlib.crc32((salt + label[u]).encode())
-                u = nxt[h % len(nxt)]
+                u = nxt[_stable_hash(salt + label[u]) % len(nxt)]
             mid.append(u)
         return up_i[:-1] + mid + up_j[:-1][::-1]
 
