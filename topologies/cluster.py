@@ -6,6 +6,7 @@ switches keep their own names (``leaf3``, ``spine0``, ``pod1.edge2``, ``su0.rail
 """
 from __future__ import annotations
 
+import inspect
 import math
 from typing import Callable
 
@@ -160,11 +161,13 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
         for a, b, d in machine.edges(data=True):
             G.add_edge(pre + str(a), pre + str(b), **d)
         ends.extend((pre + str(n), i, j) for j, n in enumerate(nics))
-    try:
-        leaves = FABRICS[fabric](G, ends, max(rates), latency, link, **fabric_options)
-    except TypeError as exc:
-        raise SpecError(f"{fam}: an option of fabric {fabric!r} is not understood "
-                        f"({fabric_options}): {exc}") from None
+    build = FABRICS[fabric]
+    known = list(inspect.signature(build).parameters)[5:]
+    for key in fabric_options:
+        if key not in known:
+            raise SpecError(f"{fam}: option {key}={fabric_options[key]!r} is not an option of "
+                            f"fabric {fabric!r} (options: {', '.join(known)})")
+    leaves = build(G, ends, max(rates), latency, link, **fabric_options)
     for (nic, _, j), leaf in zip(ends, leaves):
         add_link(G, nic, leaf, rates[j], latency, link)
     return G

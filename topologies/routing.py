@@ -154,7 +154,10 @@ class Router:
         return tuple(zip(p, p[1:]))
 
     def latency(self, src, dst, flow=0) -> float:
-        """Sum of the link latencies (s) along :meth:`path` (the minimum over all paths)."""
+        """Sum of the link latencies (s) along :meth:`path`, the minimum over all paths.
+
+        Computed from the router's metric, so it is exact to the picosecond it rounds to.
+        """
         p = self.path(src, dst, flow)
         cost = sum(self._edge_cost(self._index[a], self._index[b]) for a, b in zip(p, p[1:]))
         return (cost // HOP) * 1e-12

@@ -66,8 +66,9 @@ def validate_topology(G) -> nx.Graph:
         for field in ("bandwidth", "latency"):
             value = d.get(field)
             if not _positive(value):
+                unit = "bytes/s" if field == "bandwidth" else "s"
                 raise ValidationError(f"edge ({a!r}, {b!r}): {field}={value!r} must be a "
-                                      f"positive finite number ({'bytes/s' if field == 'bandwidth' else 's'})")
+                                      f"positive finite number ({unit})")
         if "link" in d and (not isinstance(d["link"], str) or not d["link"]):
             raise ValidationError(f"edge ({a!r}, {b!r}): link={d['link']!r} must be a "
                                   f"non-empty string")

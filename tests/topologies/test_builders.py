@@ -204,7 +204,8 @@ def test_cluster_of_a_custom_machine_graph_and_nic_bandwidth():
     (lambda: T.cluster("dgx_a100", 2, fabric="mesh"), "fabric='mesh' is not known"),
     (lambda: T.cluster(T.ring(4), 2), "has no 'nic' node"),
     (lambda: T.cluster("dgx_a100", 2, fabric="fat_tree", k=2), "k=2 gives 2 host ports"),
-    (lambda: T.cluster("dgx_a100", 2, fabric="rail", bogus=1), "option of fabric 'rail'"),
+    (lambda: T.cluster("dgx_a100", 2, fabric="leaf_spine", k=4), "options: hosts_per_leaf"),
+    (lambda: T.cluster("dgx_a100", 2, fabric="rail", bogus=1), "option bogus=1 is not an option of fabric 'rail'"),
 ])
 def test_builder_errors_name_the_argument(call, words):
     with pytest.raises(T.SpecError, match=words):
