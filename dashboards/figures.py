@@ -302,7 +302,7 @@ def topology_figure(graph_data: Mapping[str, Any], positions: Mapping[str, Seque
         ))
     fig.update_layout(
         title={"text": title or graph_data.get("name", "topology")}, template="plotly_white",
-        xaxis={"visible": False}, yaxis={"visible": False, "scaleanchor": "x"},
+        xaxis={"visible": False}, yaxis={"visible": False},
         margin={"l": 10, "r": 10, "t": 50, "b": 10}, hovermode="closest",
     )
     return fig

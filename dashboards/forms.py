@@ -150,3 +150,26 @@ def query_list(query: Mapping[str, str], key: str, default: list, cast=str) -> l
         return [cast(v) for v in query[key].split(",") if v != ""]
     except ValueError:
         return list(default)
+
+
+# --- layout helpers ------------------------------------------------------------------
+
+def field(label: str, component) -> Any:
+    """A labelled form field: the label above its input, tied to it by ``htmlFor``."""
+    from dash import html
+
+    return html.Div([html.Label(label, htmlFor=component.id), component], className="field")
+
+
+def human(key: str, value: Any) -> str:
+    """A summary value for people: bandwidths in GB/s, latencies in us, others as they are."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {human(key, v)}" for k, v in value.items())
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if "bandwidth" in key:
+            return f"{value / 1e9:.4g} GB/s"
+        if "latency" in key:
+            return f"{value * 1e6:.4g} us"
+        if isinstance(value, float):
+            return f"{value:.4g}"
+    return str(value)

@@ -102,20 +102,42 @@ def layout_positions(G, *, method: str = "auto", seed: int = 0) -> dict[str, lis
     elif method == "circular":
         pos = nx.circular_layout(G)
     elif method == "layered":
-        gpus = [n for n, k in G.nodes(data="kind") if k == "gpu"]
-        level = nx.multi_source_dijkstra_path_length(G, gpus, weight=None) if gpus else {}
-        for n in G:
-            level.setdefault(n, 0)
-        for n in G:
-            G.nodes[n]["_layer"] = level[n]
-        try:
-            pos = nx.multipartite_layout(G, subset_key="_layer", align="horizontal")
-        finally:
-            for n in G:
-                del G.nodes[n]["_layer"]
+        return _layered(G)
     else:
         raise DashboardError(f"layout: unknown method {method!r}; known: auto, layered, spring, circular")
     return {str(n): [float(p[0]), float(p[1])] for n, p in pos.items()}
+
+
+def _layered(G) -> dict[str, list[float]]:
+    """GPUs on the bottom row by rank; each other node one row above its nearest GPU (hops).
+
+    Within a row, nodes sit in the order of the mean position of their neighbours in the
+    row below (the barycenter heuristic of Sugiyama et al. 1981), which untangles trees.
+    """
+    import networkx as nx
+
+    gpus = sorted((n for n, k in G.nodes(data="kind") if k == "gpu"),
+                  key=lambda n: G.nodes[n].get("rank", 0))
+    sources = gpus or [min(G, key=str)]
+    level = nx.multi_source_dijkstra_path_length(G, sources, weight=None)
+    rows: dict[int, list] = {}
+    for n in G:
+        rows.setdefault(level.get(n, 0), []).append(n)
+    rows[0] = sources + [n for n in rows.get(0, []) if n not in set(sources)]
+    x: dict = {}
+    pos: dict[str, list[float]] = {}
+    for depth in sorted(rows):
+        members = rows[depth]
+        if depth > 0:
+            def center(n):
+                below = [x[m] for m in G[n] if m in x and level.get(m, 0) < depth]
+                return (sum(below) / len(below) if below else 0.5, str(n))
+            members = sorted(members, key=center)
+        count = len(members)
+        for i, n in enumerate(members):
+            x[n] = (i + 0.5) / count
+            pos[str(n)] = [x[n], float(depth)]
+    return pos
 
 
 def simulate_job(spec: str | None, upload: Mapping[str, Any] | None, op: str, algorithm: str,

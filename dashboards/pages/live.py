@@ -9,13 +9,12 @@ config's ``predicted_iteration_s``).
 from __future__ import annotations
 
 import math
-import time
 from typing import Any, Mapping
 
 from dash import Input, Output, State, dcc, html, no_update
 
 from dashboards import figures
-from dashboards.errors import DashboardError
+from dashboards.forms import field
 
 NAME = "live"
 PATH = "/live"
@@ -126,9 +125,8 @@ def layout(query: Mapping[str, str], ctx) -> Any:
     return html.Div([
         html.H2("Live runs"),
         html.Div([
-            html.Label("run", htmlFor="live-run"),
-            dcc.Dropdown(id="live-run", value=run, placeholder="pick a run from the store",
-                         clearable=True, style={"minWidth": "24em"}),
+            field("run", dcc.Dropdown(id="live-run", value=run, clearable=True,
+                                      placeholder="pick a run from the store")),
         ], className="row"),
         html.Div(id="live-status", className="status"),
         html.Div(id="live-error", className="error"),

@@ -13,6 +13,7 @@ from typing import Any, Mapping
 from dash import Input, Output, State, dcc, html, no_update
 
 from dashboards import figures, forms, jobs
+from dashboards.forms import field
 
 NAME = "topology"
 PATH = "/topology"
@@ -68,13 +69,8 @@ def draw(state: Mapping[str, Any] | None, sim: Mapping[str, Any] | None):
 def summary_table(state: Mapping[str, Any] | None):
     if not state:
         return ""
-    rows = []
-    for key, value in state.get("summary", {}).items():
-        if isinstance(value, float):
-            value = f"{value:.4g}"
-        elif isinstance(value, dict):
-            value = ", ".join(f"{k}: {v}" for k, v in value.items())
-        rows.append(html.Tr([html.Th(key), html.Td(str(value))]))
+    rows = [html.Tr([html.Th(key), html.Td(forms.human(key, value))])
+            for key, value in state.get("summary", {}).items()]
     return html.Table(rows, className="summary")
 
 
@@ -86,31 +82,24 @@ def layout(query: Mapping[str, str], ctx) -> Any:
     return html.Div([
         html.H2("Topology"),
         html.Div([
-            html.Label("preset", htmlFor="topology-preset"),
-            dcc.Dropdown(id="topology-preset", options=sorted(topologies.PRESETS),
-                         value=None, placeholder="a preset", style={"minWidth": "12em"}),
-            html.Label("spec", htmlFor="topology-spec"),
-            dcc.Input(id="topology-spec", type="text", debounce=True,
-                      value=q.get("spec", "fat_tree:k=4")),
+            field("preset", dcc.Dropdown(id="topology-preset", options=sorted(topologies.PRESETS),
+                                         value=None, placeholder="a preset")),
+            field("spec", dcc.Input(id="topology-spec", type="text", debounce=True,
+                                    value=q.get("spec", "fat_tree:k=4"))),
             dcc.Upload(id="topology-upload", className="upload",
                        children=html.Div(["or drop a ", html.A("topology file")])),
-            html.Label("layout", htmlFor="topology-layout"),
-            dcc.Dropdown(id="topology-layout", options=list(LAYOUTS), value="auto",
-                         clearable=False, style={"minWidth": "8em"}),
-            html.Label("seed", htmlFor="topology-seed"),
-            dcc.Input(id="topology-seed", type="number", value=0, min=0, step=1, debounce=True,
-                      style={"width": "5em"}),
+            field("layout", dcc.Dropdown(id="topology-layout", options=list(LAYOUTS),
+                                         value="auto", clearable=False)),
+            field("seed", dcc.Input(id="topology-seed", type="number", value=0, min=0, step=1,
+                                    debounce=True)),
         ], className="row"),
         html.Div([
-            html.Label("collective", htmlFor="topology-op"),
-            dcc.Dropdown(id="topology-op", options=list(OPS), value=op, clearable=False,
-                         style={"minWidth": "10em"}),
-            html.Label("algorithm", htmlFor="topology-algorithm"),
-            dcc.Dropdown(id="topology-algorithm", value=q.get("algorithm", "ring"),
-                         clearable=False, style={"minWidth": "10em"}),
-            html.Label("bytes", htmlFor="topology-bytes"),
-            dcc.Input(id="topology-bytes", type="text", value=q.get("bytes", "64MB"),
-                      debounce=True),
+            field("collective", dcc.Dropdown(id="topology-op", options=list(OPS), value=op,
+                                             clearable=False)),
+            field("algorithm", dcc.Dropdown(id="topology-algorithm",
+                                            value=q.get("algorithm", "ring"), clearable=False)),
+            field("bytes", dcc.Input(id="topology-bytes", type="text", debounce=True,
+                                     value=q.get("bytes", "64MB"))),
             html.Button("Simulate", id="topology-run", n_clicks=0),
             html.Button("Cancel", id="topology-cancel", n_clicks=0, disabled=True),
             html.Span(id="topology-progress", className="status"),

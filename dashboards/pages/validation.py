@@ -14,6 +14,7 @@ from typing import Any, Mapping
 from dash import Input, Output, State, dcc, html, no_update
 
 from dashboards import figures, forms, jobs
+from dashboards.forms import field
 from dashboards.errors import DashboardError
 
 NAME = "validation"
@@ -94,19 +95,17 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             dcc.Upload(id="validation-upload", children=html.Div(
                 ["Drop or ", html.A("choose"), " a ValidationReport, MeasuredTrace or nccl-tests log"]),
                 className="upload", multiple=False),
-            html.Label("topology (for logs and traces)", htmlFor="validation-topology"),
-            dcc.Input(id="validation-topology", type="text", debounce=True,
-                      value=query.get("topology", ""),
-                      placeholder="from the trace, or e.g. dgx_a100"),
-            html.Label("algorithm", htmlFor="validation-algorithm"),
-            dcc.Dropdown(id="validation-algorithm", options=list(ALGORITHMS),
-                         value=query.get("algorithm", "ring"), clearable=False,
-                         style={"minWidth": "8em"}),
+            field("topology (for logs and traces)",
+                  dcc.Input(id="validation-topology", type="text", debounce=True,
+                            value=query.get("topology", ""),
+                            placeholder="from the trace, or e.g. dgx_a100")),
+            field("algorithm", dcc.Dropdown(id="validation-algorithm", options=list(ALGORITHMS),
+                                            value=query.get("algorithm", "ring"),
+                                            clearable=False)),
         ], className="row"),
         html.Div([
-            html.Label("stored report", htmlFor="validation-stored"),
-            dcc.Dropdown(id="validation-stored", placeholder="reports in the run store",
-                         style={"minWidth": "20em"}),
+            field("stored report", dcc.Dropdown(id="validation-stored",
+                                                placeholder="reports in the run store")),
         ], className="row"),
         html.Div(id="validation-error", className="error"),
         html.Div(id="validation-summary", className="status"),
