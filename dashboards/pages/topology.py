@@ -8,6 +8,7 @@ latency and the bytes it carried.
 """
 from __future__ import annotations
 
+import uuid
 from typing import Any, Mapping
 
 from dash import Input, Output, State, dcc, html, no_update
@@ -107,6 +108,7 @@ def layout(query: Mapping[str, str], ctx) -> Any:
         html.Div(id="topology-error", className="error"),
         dcc.Store(id="topology-state"),
         dcc.Store(id="topology-sim"),
+        dcc.Store(id="topology-tab", data=uuid.uuid4().hex),  # one background job per tab
         html.Div([dcc.Graph(id="topology-graph", className="panel wide",
                             style={"height": "640px"}),
                   html.Div(id="topology-summary")], className="grid"),
@@ -146,14 +148,14 @@ def register(app, ctx) -> None:
         Output("topology-error", "children", allow_duplicate=True),
         Input("topology-run", "n_clicks"), State("topology-state", "data"),
         State("topology-op", "value"), State("topology-algorithm", "value"),
-        State("topology-bytes", "value"),
+        State("topology-bytes", "value"), State("topology-tab", "data"),
         background=True, manager=ctx.manager, prevent_initial_call=True,
         running=[(Output("topology-run", "disabled"), True, False),
                  (Output("topology-cancel", "disabled"), False, True)],
         progress=[Output("topology-progress", "children")],
         cancel=[Input("topology-cancel", "n_clicks")],
     )
-    def _simulate(set_progress, _n, state, op, algorithm, nbytes):
+    def _simulate(set_progress, _n, state, op, algorithm, nbytes, _tab):
         try:
             if not state:
                 raise ValueError("topology: no valid topology loaded; fix the spec first")

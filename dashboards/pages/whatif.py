@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import uuid
 from typing import Any, Mapping
 
 from dash import Input, Output, State, dcc, html, no_update
@@ -178,6 +179,9 @@ def layout(query: Mapping[str, str], ctx) -> Any:
         ], className="row"),
         html.Div(id="whatif-error", className="error"),
         dcc.Store(id="whatif-results"),
+        # A token per rendered page: Dash keys background jobs by their inputs, so two tabs
+        # running the same study would otherwise share (and steal) one job's result.
+        dcc.Store(id="whatif-tab", data=uuid.uuid4().hex),
         html.Div([
             label("scaling metric", "whatif-metric"),
             dcc.RadioItems(id="whatif-metric", inline=True,
@@ -201,6 +205,7 @@ def register(app, ctx) -> None:
         State("whatif-trace-upload", "filename"), State("whatif-bits", "value"),
         State("whatif-bucket", "value"), State("whatif-transports", "value"),
         State("whatif-sizes", "value"), State("whatif-device", "value"),
+        State("whatif-tab", "data"),
     ]
 
     @app.callback(Output("url", "search"), [Input(i, "value") for i in QUERY_IDS.values()],
@@ -219,7 +224,7 @@ def register(app, ctx) -> None:
         cancel=[Input("whatif-cancel", "n_clicks")],
     )
     def _run(set_progress, _n, topology, spec, topo_up, topo_name, model, trace_up, trace_name,
-             bits, bucket, transports, sizes, device):
+             bits, bucket, transports, sizes, device, _tab):
         def progress(done, total, text):
             set_progress((str(done), str(max(total, 1)), text))
 
