@@ -31,6 +31,9 @@ _EXP_ALL_ONES = np.uint32(0x7F800000)
 _ABS_MASK = np.uint32(0x7FFFFFFF)
 #: elements quantized per inner block (a multiple of 8 keeps blocks byte-aligned in a bucket).
 BLOCK = 2048
+#: below this many elements the single-threaded kernels run: waking the worker threads costs
+#: more than the work (milliseconds on a loaded machine).
+PARALLEL_MIN = 1 << 17
 
 # Error codes of the decoders (see qsgd.codec for the messages).
 OK = 0
@@ -119,25 +122,36 @@ def _quantize_into(x, i0, i1, inv, s, k0, k1, bias, out, o0):
         j = seg
 
 
+@njit(**_JIT)
+def _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, levels, bad):
+    n = x.shape[0]
+    i0 = bk * d
+    i1 = min(n, i0 + d)
+    scale, finite = _bucket_scale(x, xb, i0, i1, l2)
+    if not finite:
+        bad[bk] = 1
+        scales[bk] = 0.0
+        return
+    inv, scale = _inverse(scale, s)
+    scales[bk] = scale
+    _quantize_into(x, i0, i1, inv, s, k0, k1, 0, levels, i0)
+
+
 @njit(**_PJIT)
 def quantize_levels(x, xb, d, s, l2, k0, k1, scales, levels, bad):
     """Signed levels (int8/int16, flat) and fp32 scales of a flat fp32 array ``x``.
 
     ``bad[b] = 1`` for every bucket with a NaN or Inf (its levels are then left unwritten).
     """
-    n = x.shape[0]
-    nb = scales.shape[0]
-    for bk in prange(nb):
-        i0 = bk * d
-        i1 = min(n, i0 + d)
-        scale, finite = _bucket_scale(x, xb, i0, i1, l2)
-        if not finite:
-            bad[bk] = 1
-            scales[bk] = 0.0
-            continue
-        inv, scale = _inverse(scale, s)
-        scales[bk] = scale
-        _quantize_into(x, i0, i1, inv, s, k0, k1, 0, levels, i0)
+    for bk in prange(scales.shape[0]):
+        _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, levels, bad)
+
+
+@njit(**_JIT)
+def quantize_levels_serial(x, xb, d, s, l2, k0, k1, scales, levels, bad):
+    """:func:`quantize_levels` on one thread (small inputs: no thread wake-up cost)."""
+    for bk in range(scales.shape[0]):
+        _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, levels, bad)
 
 
 @njit(**_JIT)
@@ -174,6 +188,35 @@ def _pack(buf, m, b, body, pos, acc, nacc):
     return pos, acc, nacc
 
 
+@njit(**_JIT)
+def _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, buf, bad):
+    n = x.shape[0]
+    nb = scales.shape[0]
+    blk = buf.shape[0]
+    b0 = c * chunk_buckets
+    b1 = min(nb, b0 + chunk_buckets)
+    pos = (b0 * d * b) // 8
+    acc = np.uint64(0)
+    nacc = 0
+    for bk in range(b0, b1):
+        i0 = bk * d
+        i1 = min(n, i0 + d)
+        scale, finite = _bucket_scale(x, xb, i0, i1, l2)
+        if not finite:
+            bad[bk] = 1
+            scale = np.float32(0.0)
+        inv, scale = _inverse(scale, s)
+        scales[bk] = scale
+        j = i0
+        while j < i1:
+            m = min(blk, i1 - j)
+            _quantize_into(x, j, j + m, inv, s, k0, k1, s, buf, 0)
+            pos, acc, nacc = _pack(buf, m, b, body, pos, acc, nacc)
+            j += m
+    if nacc > 0:
+        body[pos] = np.uint8(acc & np.uint64(0xFF))
+
+
 @njit(**_PJIT)
 def encode_packed(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch, bad):
     """Fused quantize + pack: fp32 scales into ``scales``, codes ``level + s`` into ``body``.
@@ -181,36 +224,19 @@ def encode_packed(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scrat
     ``chunk_buckets * d * b`` must be a multiple of 8 (chunks start on a byte).
     ``bad[b] = 1`` marks buckets with NaN or Inf.
     """
-    n = x.shape[0]
-    nb = scales.shape[0]
-    nchunks = (nb + chunk_buckets - 1) // chunk_buckets
+    nchunks = (scales.shape[0] + chunk_buckets - 1) // chunk_buckets
     workers = scratch.shape[0]
-    blk = scratch.shape[1]
     for t in prange(workers):
-        buf = scratch[t]
         for c in range(t, nchunks, workers):
-            b0 = c * chunk_buckets
-            b1 = min(nb, b0 + chunk_buckets)
-            pos = (b0 * d * b) // 8
-            acc = np.uint64(0)
-            nacc = 0
-            for bk in range(b0, b1):
-                i0 = bk * d
-                i1 = min(n, i0 + d)
-                scale, finite = _bucket_scale(x, xb, i0, i1, l2)
-                if not finite:
-                    bad[bk] = 1
-                    scale = np.float32(0.0)
-                inv, scale = _inverse(scale, s)
-                scales[bk] = scale
-                j = i0
-                while j < i1:
-                    m = min(blk, i1 - j)
-                    _quantize_into(x, j, j + m, inv, s, k0, k1, s, buf, 0)
-                    pos, acc, nacc = _pack(buf, m, b, body, pos, acc, nacc)
-                    j += m
-            if nacc > 0:
-                body[pos] = np.uint8(acc & np.uint64(0xFF))
+            _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch[t], bad)
+
+
+@njit(**_JIT)
+def encode_packed_serial(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch, bad):
+    """:func:`encode_packed` on one thread."""
+    nchunks = (scales.shape[0] + chunk_buckets - 1) // chunk_buckets
+    for c in range(nchunks):
+        _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch[0], bad)
 
 
 @njit(**_JIT)
@@ -253,6 +279,43 @@ def _unpack(body, pos, acc, nacc, b, m, buf):
     return pos, acc, nacc
 
 
+@njit(**_JIT)
+def _decode_chunk(c, body, scales, n, d, s, b, chunk_buckets, out, buf, err_kind, err_bucket):
+    nb = scales.shape[0]
+    blk = buf.shape[0]
+    sf = np.float32(s)
+    top = 2 * s
+    b0 = c * chunk_buckets
+    b1 = min(nb, b0 + chunk_buckets)
+    pos = (b0 * d * b) // 8
+    acc = np.uint64(0)
+    nacc = 0
+    for bk in range(b0, b1):
+        i0 = bk * d
+        i1 = min(n, i0 + d)
+        step = np.float32(scales[bk] / sf)
+        j = i0
+        while j < i1:
+            m = min(blk, i1 - j)
+            pos, acc, nacc = _unpack(body, pos, acc, nacc, b, m, buf)
+            worst = 0
+            for k in range(m):
+                code = np.int32(buf[k])
+                if code > worst:
+                    worst = code
+                out[j + k] = np.float32(np.float32(code - s) * step)
+            if worst > top and err_kind[c] == OK:
+                err_kind[c] = E_CODE
+                err_bucket[c] = bk
+            if step == np.float32(0.0) and err_kind[c] == OK:
+                for k in range(m):
+                    if buf[k] != s:
+                        err_kind[c] = E_ZERO_SCALE
+                        err_bucket[c] = bk
+                        break
+            j += m
+
+
 @njit(**_PJIT)
 def decode_packed(body, scales, n, d, s, b, chunk_buckets, out, scratch, err_kind, err_bucket):
     """Unpack codes and dequantize into fp32 ``out``; per chunk, the first error found.
@@ -261,44 +324,19 @@ def decode_packed(body, scales, n, d, s, b, chunk_buckets, out, scratch, err_kin
     (the caller checks both); codes above ``2 s`` and nonzero levels under a zero scale are
     reported in ``err_kind[c]`` / ``err_bucket[c]``.
     """
-    nb = scales.shape[0]
-    nchunks = (nb + chunk_buckets - 1) // chunk_buckets
+    nchunks = (scales.shape[0] + chunk_buckets - 1) // chunk_buckets
     workers = scratch.shape[0]
-    blk = scratch.shape[1]
-    sf = np.float32(s)
-    top = 2 * s
     for t in prange(workers):
-        buf = scratch[t]
         for c in range(t, nchunks, workers):
-            b0 = c * chunk_buckets
-            b1 = min(nb, b0 + chunk_buckets)
-            pos = (b0 * d * b) // 8
-            acc = np.uint64(0)
-            nacc = 0
-            for bk in range(b0, b1):
-                i0 = bk * d
-                i1 = min(n, i0 + d)
-                step = np.float32(scales[bk] / sf)
-                j = i0
-                while j < i1:
-                    m = min(blk, i1 - j)
-                    pos, acc, nacc = _unpack(body, pos, acc, nacc, b, m, buf)
-                    worst = 0
-                    for k in range(m):
-                        code = np.int32(buf[k])
-                        if code > worst:
-                            worst = code
-                        out[j + k] = np.float32(np.float32(code - s) * step)
-                    if worst > top and err_kind[c] == OK:
-                        err_kind[c] = E_CODE
-                        err_bucket[c] = bk
-                    if step == np.float32(0.0) and err_kind[c] == OK:
-                        for k in range(m):
-                            if buf[k] != s:
-                                err_kind[c] = E_ZERO_SCALE
-                                err_bucket[c] = bk
-                                break
-                    j += m
+            _decode_chunk(c, body, scales, n, d, s, b, chunk_buckets, out, scratch[t], err_kind, err_bucket)
+
+
+@njit(**_JIT)
+def decode_packed_serial(body, scales, n, d, s, b, chunk_buckets, out, scratch, err_kind, err_bucket):
+    """:func:`decode_packed` on one thread."""
+    nchunks = (scales.shape[0] + chunk_buckets - 1) // chunk_buckets
+    for c in range(nchunks):
+        _decode_chunk(c, body, scales, n, d, s, b, chunk_buckets, out, scratch[0], err_kind, err_bucket)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,24 +379,35 @@ def omega_length(k):
     return length
 
 
+@njit(**_JIT)
+def _elias_bits_bucket(levels, d, bk):
+    n = levels.shape[0]
+    i0 = bk * d
+    i1 = min(n, i0 + d)
+    total = 0
+    nnz = 0
+    prev = i0 - 1
+    for i in range(i0, i1):
+        lv = np.int64(levels[i])
+        if lv != 0:
+            total += omega_length(i - prev) + 1 + omega_length(abs(lv))
+            prev = i
+            nnz += 1
+    return 32 + omega_length(nnz + 1) + total
+
+
 @njit(**_PJIT)
 def elias_bucket_bits(levels, d, bits):
     """Bits of each bucket's Elias coding into ``bits`` (int64, one per bucket)."""
-    n = levels.shape[0]
-    nb = bits.shape[0]
-    for bk in prange(nb):
-        i0 = bk * d
-        i1 = min(n, i0 + d)
-        total = 0
-        nnz = 0
-        prev = i0 - 1
-        for i in range(i0, i1):
-            lv = np.int64(levels[i])
-            if lv != 0:
-                total += omega_length(i - prev) + 1 + omega_length(abs(lv))
-                prev = i
-                nnz += 1
-        bits[bk] = 32 + omega_length(nnz + 1) + total
+    for bk in prange(bits.shape[0]):
+        bits[bk] = _elias_bits_bucket(levels, d, bk)
+
+
+@njit(**_JIT)
+def elias_bucket_bits_serial(levels, d, bits):
+    """:func:`elias_bucket_bits` on one thread."""
+    for bk in range(bits.shape[0]):
+        bits[bk] = _elias_bits_bucket(levels, d, bk)
 
 
 @njit(**_JIT)
@@ -380,6 +429,51 @@ def _put(body, pos, first, last, acc, nacc, value, length, head, tail, c):
     return pos, acc, nacc
 
 
+@njit(**_JIT)
+def _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, head, tail):
+    n = levels.shape[0]
+    nb = scale_bits.shape[0]
+    b0 = c * chunk_buckets
+    b1 = min(nb, b0 + chunk_buckets)
+    start = offsets[b0]
+    stop = offsets[b1]
+    first = start // 8
+    last = (stop - 1) // 8
+    pos = first
+    acc = np.uint64(0)
+    nacc = start % 8
+    for bk in range(b0, b1):
+        i0 = bk * d
+        i1 = min(n, i0 + d)
+        pos, acc, nacc = _put(body, pos, first, last, acc, nacc,
+                              np.uint64(scale_bits[bk]), 32, head, tail, c)
+        nnz = 0
+        for i in range(i0, i1):
+            if levels[i] != 0:
+                nnz += 1
+        code, length = omega_code(nnz + 1)
+        pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length, head, tail, c)
+        prev = i0 - 1
+        for i in range(i0, i1):
+            lv = np.int64(levels[i])
+            if lv != 0:
+                code, length = omega_code(i - prev)
+                pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length,
+                                      head, tail, c)
+                code, length = omega_code(abs(lv))
+                sign = np.uint64(1) if lv < 0 else np.uint64(0)
+                code |= sign << np.uint64(length)
+                pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length + 1,
+                                      head, tail, c)
+                prev = i
+    if nacc > 0:
+        byte = np.uint8((acc << np.uint64(8 - nacc)) & np.uint64(0xFF))
+        if pos == first:
+            head[c] = byte
+        else:
+            tail[c] = byte
+
+
 @njit(**_PJIT)
 def elias_write(levels, scale_bits, d, offsets, chunk_buckets, body, head, tail):
     """Write the Elias coding of every bucket at bit ``offsets[b]`` of a zeroed ``body``.
@@ -387,49 +481,17 @@ def elias_write(levels, scale_bits, d, offsets, chunk_buckets, body, head, tail)
     The first and last byte of chunk ``c`` may be shared with a neighbour: they are returned in
     ``head[c]`` / ``tail[c]`` for the caller to OR in after the parallel loop.
     """
-    n = levels.shape[0]
-    nb = scale_bits.shape[0]
-    nchunks = (nb + chunk_buckets - 1) // chunk_buckets
+    nchunks = (scale_bits.shape[0] + chunk_buckets - 1) // chunk_buckets
     for c in prange(nchunks):
-        b0 = c * chunk_buckets
-        b1 = min(nb, b0 + chunk_buckets)
-        start = offsets[b0]
-        stop = offsets[b1]
-        first = start // 8
-        last = (stop - 1) // 8
-        pos = first
-        acc = np.uint64(0)
-        nacc = start % 8
-        for bk in range(b0, b1):
-            i0 = bk * d
-            i1 = min(n, i0 + d)
-            pos, acc, nacc = _put(body, pos, first, last, acc, nacc,
-                                  np.uint64(scale_bits[bk]), 32, head, tail, c)
-            nnz = 0
-            for i in range(i0, i1):
-                if levels[i] != 0:
-                    nnz += 1
-            code, length = omega_code(nnz + 1)
-            pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length, head, tail, c)
-            prev = i0 - 1
-            for i in range(i0, i1):
-                lv = np.int64(levels[i])
-                if lv != 0:
-                    code, length = omega_code(i - prev)
-                    pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length,
-                                          head, tail, c)
-                    code, length = omega_code(abs(lv))
-                    sign = np.uint64(1) if lv < 0 else np.uint64(0)
-                    code |= sign << np.uint64(length)
-                    pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length + 1,
-                                          head, tail, c)
-                    prev = i
-        if nacc > 0:
-            byte = np.uint8((acc << np.uint64(8 - nacc)) & np.uint64(0xFF))
-            if pos == first:
-                head[c] = byte
-            else:
-                tail[c] = byte
+        _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, head, tail)
+
+
+@njit(**_JIT)
+def elias_write_serial(levels, scale_bits, d, offsets, chunk_buckets, body, head, tail):
+    """:func:`elias_write` on one thread."""
+    nchunks = (scale_bits.shape[0] + chunk_buckets - 1) // chunk_buckets
+    for c in range(nchunks):
+        _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, head, tail)
 
 
 @njit(**_JIT)

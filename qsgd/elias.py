@@ -56,7 +56,8 @@ def bucket_bits(levels: np.ndarray, d: int) -> np.ndarray:
     nb = -(-levels.shape[0] // d)
     bits = np.empty(nb, dtype=np.int64)
     if nb:
-        _kernels.elias_bucket_bits(levels, d, bits)
+        big = levels.shape[0] >= _kernels.PARALLEL_MIN
+        (_kernels.elias_bucket_bits if big else _kernels.elias_bucket_bits_serial)(levels, d, bits)
     return bits
 
 
@@ -75,7 +76,8 @@ def _encode_levels(levels: np.ndarray, scales: np.ndarray, cfg: QSGDConfig, dtyp
         nchunks = -(-nb // CHUNK_BUCKETS)
         head = np.zeros(nchunks, dtype=np.uint8)
         tail = np.zeros(nchunks, dtype=np.uint8)
-        _kernels.elias_write(levels, np.ascontiguousarray(scales).view(np.uint32), d, offsets,
+        big = levels.shape[0] >= _kernels.PARALLEL_MIN
+        (_kernels.elias_write if big else _kernels.elias_write_serial)(levels, np.ascontiguousarray(scales).view(np.uint32), d, offsets,
                              CHUNK_BUCKETS, body, head, tail)
         starts = offsets[0:nb:CHUNK_BUCKETS]
         stops = offsets[np.minimum(np.arange(1, nchunks + 1) * CHUNK_BUCKETS, nb)]

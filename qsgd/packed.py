@@ -34,10 +34,10 @@ def _scratch(workers: int) -> np.ndarray:
     return np.empty((workers, _kernels.BLOCK), dtype=np.uint16)
 
 
-def _workers() -> int:
+def _workers(n: int) -> int:
     import numba
 
-    return numba.get_num_threads()
+    return numba.get_num_threads() if n >= _kernels.PARALLEL_MIN else 1
 
 
 def encode_numba_into(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
@@ -51,9 +51,10 @@ def encode_numba_into(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
     scales = body[: 4 * nb].view(np.float32)
     codes = body[4 * nb:]
     bad = np.zeros(nb, dtype=np.uint8)
-    _kernels.encode_packed(x, x.view(np.uint32), d, cfg.levels, cfg.bits, cfg.norm == "l2",
+    kernel = _kernels.encode_packed if n >= _kernels.PARALLEL_MIN else _kernels.encode_packed_serial
+    kernel(x, x.view(np.uint32), d, cfg.levels, cfg.bits, cfg.norm == "l2",
                            np.uint32(key[0]), np.uint32(key[1]), chunk_buckets(cfg), scales,
-                           codes, _scratch(_workers()), bad)
+                           codes, _scratch(_workers(n)), bad)
     if bad.any():
         raise_nonfinite(flat)
 
@@ -143,8 +144,9 @@ def decode_numba(body: np.ndarray, numel: int, cfg: QSGDConfig) -> torch.Tensor:
     nchunks = -(-nb // cb)
     kind = np.zeros(nchunks, dtype=np.int32)
     where = np.zeros(nchunks, dtype=np.int64)
-    _kernels.decode_packed(body[4 * nb:], scales, numel, cfg.bucket_size, cfg.levels, cfg.bits,
-                           cb, out, _scratch(_workers()), kind, where)
+    kernel = _kernels.decode_packed if numel >= _kernels.PARALLEL_MIN else _kernels.decode_packed_serial
+    kernel(body[4 * nb:], scales, numel, cfg.bucket_size, cfg.levels, cfg.bits, cb, out,
+           _scratch(_workers(numel)), kind, where)
     failed = np.flatnonzero(kind)
     if failed.size:
         c = int(failed[0])

@@ -177,7 +177,8 @@ def quantize_numba(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int]):
     scales = np.empty(nb, dtype=np.float32)
     bad = np.zeros(nb, dtype=np.uint8)
     if n:
-        _kernels.quantize_levels(x, x.view(np.uint32), d, cfg.levels, cfg.norm == "l2",
+        kernel = _kernels.quantize_levels if n >= _kernels.PARALLEL_MIN else _kernels.quantize_levels_serial
+        kernel(x, x.view(np.uint32), d, cfg.levels, cfg.norm == "l2",
                                  np.uint32(key[0]), np.uint32(key[1]), scales, levels, bad)
         if bad.any():
             raise_nonfinite(flat)
