@@ -16,7 +16,7 @@ _EXPORTS: dict[str, str] = {
     "MeasuredTrace": "emulator.validation.trace",
     "CollectivePoint": "emulator.validation.trace",
     "TrainingPoint": "emulator.validation.trace",
-    "ValidationReport": "emulator.validation.report",
+    "ValidationReport": "emulator.validation.compare",
     "import_nccl_tests": "emulator.validation.nccl_tests",
     "Calibration": "emulator.validation.calibrate",
     "calibrate": "emulator.validation.calibrate",

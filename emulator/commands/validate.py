@@ -1,0 +1,279 @@
+"""``qsgd-emu validate``: measure real collectives, calibrate the emulator, compare.
+
+Actions::
+
+    qsgd-emu validate run --out trace.json [--spawn N] [sweep and training options]
+        On the current process group (inside torchrun / srun), or N local gloo ranks.
+    qsgd-emu validate testbed --hosts 4 --rate 1Gbit --out trace.json [options]
+        Build a shaped multi-host network of Linux namespaces (root), run one rank per host.
+    qsgd-emu validate import-nccl-tests LOG --out trace.json [--op allreduce] [--topology SPEC]
+    qsgd-emu validate calibrate TRACE [--topology SPEC] [--fit-sizes 1MiB,16MiB] [--json]
+    qsgd-emu validate compare TRACE [--topology SPEC] [--calibration CAL.json] --out report.json
+        [--html report.html] [--per-op] [--min-bytes 1MB] [--json]
+
+SLURM: ``srun --ntasks-per-node=G torchrun --nnodes=$SLURM_NNODES --nproc-per-node=G
+--rdzv-backend=c10d --rdzv-endpoint=$MASTER:29500 -m emulator.cli validate run --out t.json``
+(NCCL is used when CUDA is available, gloo otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from ..errors import ConfigError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="action", metavar="ACTION")
+    sub.required = True
+    from ..validation import harness
+
+    p = sub.add_parser("run", help="time collectives and training steps on this process group")
+    harness.add_arguments(p)
+    p.add_argument("--spawn", type=int, default=0,
+                   help="start this many local gloo ranks instead of joining a launched group")
+    p.add_argument("--wall-timeout", type=float, default=600.0,
+                   help="bound on the whole run with --spawn, seconds")
+
+    p = sub.add_parser("testbed", help="run the harness on a shaped namespace testbed (root)")
+    harness.add_arguments(p)
+    p.add_argument("--hosts", type=int, default=4, help="emulated hosts (one rank each)")
+    p.add_argument("--rate", default="1Gbit", help="link rate of every host, each direction")
+    p.add_argument("--wall-timeout", type=float, default=600.0, help="bound on the run, seconds")
+
+    p = sub.add_parser("import-nccl-tests", help="turn an nccl-tests log into a MeasuredTrace")
+    p.add_argument("log", help="all_reduce_perf / all_gather_perf output (text or -J JSON)")
+    p.add_argument("--out", required=True, help="MeasuredTrace JSON to write")
+    p.add_argument("--op", default=None, help="collective, if the log does not say")
+    p.add_argument("--world-size", type=int, default=None, help="ranks, if the log does not list them")
+    p.add_argument("--topology", default=None, help="topology spec of the cluster (kept for compare)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary")
+
+    for name, text in (("calibrate", "fit link latency and bandwidth to a MeasuredTrace"),
+                       ("compare", "predict a MeasuredTrace with the calibrated emulator")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("trace", help="MeasuredTrace JSON (or an nccl-tests log)")
+        p.add_argument("--topology", default=None, help="spec or file; default the trace's")
+        p.add_argument("--fit-sizes", default=None,
+                       help="comma list of sizes to fit on (default smallest and largest)")
+        p.add_argument("--ops", default=None, help="comma list of ops to fit on (default all)")
+        p.add_argument("--algorithm", default=None, help="algorithm run (default each point's: ring)")
+        p.add_argument("--predictor", default="simulate", choices=("simulate", "closed_form"))
+        p.add_argument("--out", default=None, help="write the calibration / report JSON here")
+        p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        if name == "compare":
+            p.add_argument("--calibration", default=None, help="calibration JSON from 'calibrate'")
+            p.add_argument("--per-op", action="store_true", help="fit each op on its own")
+            p.add_argument("--min-bytes", default="0", help="score held-out points of >= this size")
+            p.add_argument("--html", default=None, help="write the figure as HTML here")
+
+
+def _load_trace(path):
+    from ..validation import MeasuredTrace, import_nccl_tests
+
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(4096)
+    if '"qsgd-measured-trace"' in head or '"format"' in head:
+        return MeasuredTrace.load(path)
+    return import_nccl_tests(path)
+
+
+def _graph(spec):
+    if spec is None:
+        return None
+    import topologies
+
+    if os.path.exists(spec):
+        return topologies.load(spec)
+    return topologies.from_spec(spec)
+
+
+def _sizes(text):
+    if not text:
+        return None
+    import topologies
+
+    return [topologies.parse_bytes(s.strip()) for s in text.split(",") if s.strip()]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _harness_argv(args) -> list[str]:
+    argv = [sys.executable, "-m", "emulator.validation.harness", "--out", os.path.abspath(args.out)]
+    for opt in ("ops", "min_bytes", "max_bytes", "factor", "warmup", "iters", "train_bits",
+                "train_transport", "width", "depth", "batch_size", "train_warmup", "train_steps",
+                "seed", "timeout", "topology"):
+        value = getattr(args, opt)
+        if value is not None:
+            argv += [f"--{opt.replace('_', '-')}", str(value)]
+    return argv
+
+
+def _report_ranks(results) -> int:
+    bad = [r for r in results if r.returncode != 0 or r.timed_out]
+    for r in bad:
+        why = "timed out" if r.timed_out else f"exit status {r.returncode}"
+        tail = (r.stderr.strip().splitlines() or ["(no output)"])[-1]
+        print(f"rank {r.rank}: {why}: {tail}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def _run(args) -> int:
+    from ..validation import harness
+
+    if not args.spawn:
+        cfg = harness.config_from_args(args)
+        trace = harness.run(cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
+        if trace is not None:
+            trace.save(args.out)
+            print(f"wrote {args.out}: {len(trace.collectives)} collective points, "
+                  f"{len(trace.training)} training points")
+        return 0
+    if args.spawn < 1:
+        raise ConfigError(f"--spawn {args.spawn} must be >= 1")
+    harness.config_from_args(args)          # validate before starting anything
+    from ..validation.testbed import RankResult, _kill_group
+
+    port = _free_port()
+    procs, start = [], time.monotonic()
+    for rank in range(args.spawn):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.spawn), LOCAL_RANK=str(rank),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(_harness_argv(args), env=env, stderr=subprocess.PIPE,
+                                      stdout=subprocess.PIPE, text=True, start_new_session=True))
+    results = []
+    try:
+        for rank, p in enumerate(procs):
+            left = max(1.0, args.wall_timeout - (time.monotonic() - start))
+            try:
+                out, err = p.communicate(timeout=left)
+                results.append(RankResult(rank, p.returncode, out, err, time.monotonic() - start))
+            except subprocess.TimeoutExpired:
+                _kill_group(p)
+                results.append(RankResult(rank, None, "", "", time.monotonic() - start, True))
+            if rank == 0 and results[-1].stderr:
+                sys.stderr.write(results[-1].stderr)
+    finally:
+        for p in procs:
+            _kill_group(p)
+    rc = _report_ranks(results)
+    if rc == 0:
+        print(f"wrote {args.out}")
+    return rc
+
+
+def _testbed(args) -> int:
+    import topologies
+    from ..validation import harness
+    from ..validation.testbed import Testbed, TestbedConfig
+
+    rate = topologies.parse_bandwidth(args.rate)
+    if args.topology is None:
+        args.topology = f"switch:{args.hosts},bw={args.rate},link=ethernet"
+    harness.config_from_args(args)
+    with Testbed(TestbedConfig(hosts=args.hosts, rate=rate)) as tb:
+        results = tb.run(_harness_argv(args), timeout_s=args.wall_timeout, cwd=os.getcwd())
+    if results[0].stderr:
+        sys.stderr.write("\n".join(line for line in results[0].stderr.splitlines()
+                                   if "socket.cpp" not in line) + "\n")
+    rc = _report_ranks(results)
+    if rc == 0:
+        print(f"wrote {args.out} ({args.hosts} hosts at {args.rate})")
+    return rc
+
+
+def _import(args) -> int:
+    from ..validation import import_nccl_tests
+
+    trace = import_nccl_tests(args.log, op=args.op, world_size=args.world_size, topology=args.topology)
+    trace.save(args.out)
+    if args.json:
+        print(json.dumps({"out": args.out, "points": len(trace.collectives),
+                          "environment": trace.environment}))
+    else:
+        print(f"wrote {args.out}: {len(trace.collectives)} points, world size {trace.world_size}")
+    return 0
+
+
+def _calibrate(args) -> int:
+    from ..validation import calibrate
+    from ..validation.compare import _topology
+
+    trace = _load_trace(args.trace)
+    G, spec = _topology(trace, _graph(args.topology), args.topology)
+    ops = tuple(o.strip() for o in args.ops.split(",")) if args.ops else None
+    cal = calibrate(trace, G, fit_sizes=_sizes(args.fit_sizes), ops=ops, algorithm=args.algorithm,
+                    predictor=args.predictor)
+    d = cal.to_dict()
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(d, f, indent=1)
+    if args.json:
+        print(json.dumps(d))
+    else:
+        print(f"calibrated {spec} on {len(cal.fitted_on)} points ({cal.iterations} iterations):")
+        for k, (a, b) in cal.links.items():
+            print(f"  link class {k:10s} latency {a * 1e6:10.2f} us   bandwidth {b / 1e6:10.3f} MB/s")
+        for (op, n), e in zip(cal.fitted_on, cal.fit_rel_errors):
+            print(f"  fit {op:10s} {n:12d} B  error {e:+.2%}")
+    return 0
+
+
+def _compare(args) -> int:
+    import topologies
+    from ..validation import compare
+    from ..validation.calibrate import Calibration
+
+    trace = _load_trace(args.trace)
+    cal = None
+    if args.calibration:
+        with open(args.calibration) as f:
+            cal = Calibration.from_dict(json.load(f))
+    ops = tuple(o.strip() for o in args.ops.split(",")) if args.ops else None
+    report = compare(trace, _graph(args.topology), topology=args.topology, calibration=cal,
+                     fit_sizes=_sizes(args.fit_sizes), fit_ops=ops, per_op=args.per_op,
+                     algorithm=args.algorithm, predictor=args.predictor,
+                     min_bytes=topologies.parse_bytes(args.min_bytes))
+    if args.out:
+        report.save(args.out)
+    if args.html:
+        report.write_html(args.html)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+        return 0
+    print(f"{'op':10s} {'bytes':>12s} {'measured ms':>12s} {'predicted ms':>13s} {'error':>8s}  fit")
+    for p in report.points:
+        print(f"{p['op']:10s} {p['bytes']:12d} {p['measured_s'] * 1e3:12.3f} "
+              f"{p['predicted_s'] * 1e3:13.3f} {p['rel_error']:+8.1%}  {'' if p['held_out'] else 'yes'}")
+    s = report.summary
+    if s.get("points"):
+        print(f"held-out points: {s['points']}, median |error| {s['median_abs_rel_error']:.1%}, "
+              f"max |error| {s['max_abs_rel_error']:.1%}")
+    for t in report.training:
+        line = (f"train {t['model']} {t['transport']:10s} {t['bits']:2d} bits: measured "
+                f"{t['measured_s'] * 1e3:.1f} ms")
+        if t.get("predicted_s") is not None:
+            line += f", predicted {t['predicted_s'] * 1e3:.1f} ms"
+        if "measured_speedup" in t:
+            line += f"; speedup measured {t['measured_speedup']:.2f}x"
+            if "predicted_speedup" in t:
+                line += f", predicted {t['predicted_speedup']:.2f}x ({t['speedup_rel_error']:+.1%})"
+        print(line)
+    return 0
+
+
+ACTIONS = {"run": _run, "testbed": _testbed, "import-nccl-tests": _import,
+           "calibrate": _calibrate, "compare": _compare}
+
+
+def run(args) -> int:
+    return ACTIONS[args.action](args)

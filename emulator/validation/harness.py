@@ -1,0 +1,401 @@
+"""Time real collectives and real QSGD training steps on the current process group.
+
+Run on every rank (inside ``torchrun``, a SLURM job, ``--spawn N`` local ranks, or one rank
+per namespace of :mod:`.testbed`); rank 0 writes a :class:`MeasuredTrace`:
+
+- a size sweep of allreduce and allgather as nccl-tests does it (``-b/-e/-f``: sizes from
+  ``min_bytes`` to ``max_bytes`` by ``factor``; ``warmup`` untimed runs, then ``iters``
+  timed repetitions, each started after a barrier). A repetition's time is the slowest
+  rank's (the collective is done when the last rank is), and the point is the median.
+- real DDP training steps of a communication-bound model (a wide MLP) with fp32 allreduce
+  and with :func:`qsgd.qsgd_hook`, median seconds per step, plus what the emulator needs to
+  predict the same step: the compute time measured with all ranks computing at once (as they
+  do in training, so CPU contention is the same), and the QSGD payload size and encode/decode
+  seconds of the model's real gradients.
+
+Gradients go in one DDP bucket (``bucket_cap_mb`` above the model size) so that the step is
+compute, then communication, with no overlap to model; the prediction in :mod:`.compare`
+composes the same three terms.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+from ..errors import ConfigError
+from .trace import CollectivePoint, MeasuredTrace, TrainingPoint
+
+__all__ = ["HarnessConfig", "sizes", "run", "main", "sweep_collective", "time_training"]
+
+SWEEP_OPS = ("allreduce", "allgather")
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    """What to measure.
+
+    Parameters
+    ----------
+    ops : tuple of str
+        Collectives to sweep, from ``SWEEP_OPS``.
+    min_bytes, max_bytes : int
+        Sweep range, bytes (per rank for allreduce, total for allgather, as nccl-tests).
+    factor : int
+        Size multiplier between points (>= 2).
+    warmup, iters : int
+        Untimed and timed repetitions per size.
+    train_bits : tuple of int
+        QSGD bit widths to time besides fp32 (empty: no training steps).
+    train_transport : str
+        QSGD transport of the hook: ``"allgather"`` or ``"scatter_reduce_allgather"``.
+    width, depth : int
+        Wide MLP: ``depth`` hidden layers of ``width`` units (parameters ~ depth * width**2).
+    batch_size : int
+        Samples per rank per step.
+    train_warmup, train_steps : int
+        Untimed and timed training steps per transport.
+    timeout_s : float
+        Process-group timeout, seconds: a dead peer fails a collective instead of hanging.
+    """
+
+    ops: tuple = SWEEP_OPS
+    min_bytes: int = 1 << 20
+    max_bytes: int = 16 << 20
+    factor: int = 2
+    warmup: int = 2
+    iters: int = 5
+    train_bits: tuple = (4,)
+    train_transport: str = "allgather"
+    width: int = 1024
+    depth: int = 3
+    batch_size: int = 16
+    train_warmup: int = 2
+    train_steps: int = 5
+    bucket_size: int = 512
+    seed: int = 0
+    timeout_s: float = 120.0
+    topology: str | None = None
+
+    def __post_init__(self):
+        for op in self.ops:
+            if op not in SWEEP_OPS:
+                raise ConfigError(f"ops: {op!r} not one of {', '.join(SWEEP_OPS)}")
+        for name in ("min_bytes", "max_bytes", "iters", "width", "depth", "batch_size",
+                     "train_steps", "bucket_size"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ConfigError(f"{name} {v!r} must be a positive integer")
+        for name in ("warmup", "train_warmup"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ConfigError(f"{name} {v!r} must be an integer >= 0")
+        if self.max_bytes < self.min_bytes:
+            raise ConfigError(f"max_bytes {self.max_bytes} is below min_bytes {self.min_bytes}")
+        if not isinstance(self.factor, int) or self.factor < 2:
+            raise ConfigError(f"factor {self.factor!r} must be an integer >= 2")
+        for b in self.train_bits:
+            if not isinstance(b, int) or not 2 <= b <= 16:
+                raise ConfigError(f"train_bits: {b!r} must be an integer in 2..16")
+        if self.train_transport not in ("allgather", "scatter_reduce_allgather"):
+            raise ConfigError(f"train_transport {self.train_transport!r} not one of allgather, "
+                              "scatter_reduce_allgather")
+        if not self.timeout_s > 0:
+            raise ConfigError(f"timeout_s {self.timeout_s!r} must be > 0 seconds")
+
+
+def sizes(min_bytes: int, max_bytes: int, factor: int, *, align: int = 4) -> list[int]:
+    """nccl-tests' size sequence: min, min*f, ... <= max, each rounded down to ``align`` bytes."""
+    out, n = [], min_bytes
+    while n <= max_bytes:
+        out.append(max(align, n - n % align))
+        n *= factor
+    return out
+
+
+def _group_max(values, dist):
+    import torch
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def sweep_collective(op: str, nbytes: int, warmup: int, iters: int) -> CollectivePoint:
+    """Time one collective of ``nbytes`` (nccl-tests convention) on the default group."""
+    import torch
+    import torch.distributed as dist
+
+    p = dist.get_world_size()
+    if op == "allreduce":
+        count = nbytes // 4
+        buf = torch.ones(count, dtype=torch.float32)
+
+        def once():
+            dist.all_reduce(buf)
+    elif op == "allgather":
+        count = max(1, nbytes // 4 // p)      # elements per rank; nbytes is the gathered total
+        nbytes = count * 4 * p
+        src = torch.ones(count, dtype=torch.float32)
+        out = torch.empty(count * p, dtype=torch.float32)
+        # Into one flat tensor, as nccl-tests (and the QSGD hook's payload exchange) do: the
+        # list form adds a copy of every chunk, CPU time that is not network.
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+        def once():
+            gather(out, src)
+    else:
+        raise ConfigError(f"op {op!r} not one of {', '.join(SWEEP_OPS)}")
+    for _ in range(warmup):
+        once()
+    local = []
+    for _ in range(iters):
+        dist.barrier()
+        t0 = time.perf_counter()
+        once()
+        local.append(time.perf_counter() - t0)
+    samples = _group_max(local, dist)
+    return CollectivePoint.make(op, nbytes, statistics.median(samples), p, count=count,
+                                dtype="float32", samples_s=tuple(samples), algorithm="ring")
+
+
+def build_mlp(width: int, depth: int, in_features: int = 256, classes: int = 10, seed: int = 0):
+    """A wide MLP: few FLOPs per parameter, so its steps are bound by the gradient exchange."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+    layers, d = [], in_features
+    for _ in range(depth):
+        layers += [nn.Linear(d, width), nn.ReLU()]
+        d = width
+    layers.append(nn.Linear(d, classes))
+    return nn.Sequential(*layers)
+
+
+def _timed_steps(step, warmup, steps, dist):
+    for _ in range(warmup):
+        step()
+    local = []
+    dist.barrier()
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        local.append(time.perf_counter() - t0)
+    return _group_max(local, dist)
+
+
+def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
+    """Median step seconds of DDP on a wide MLP: fp32 allreduce, then QSGD at each bit width."""
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    import qsgd
+
+    p, rank = dist.get_world_size(), dist.get_rank()
+    gen = torch.Generator().manual_seed(cfg.seed + rank)
+    x = torch.randn(cfg.batch_size, 256, generator=gen)
+    y = torch.randint(0, 10, (cfg.batch_size,), generator=gen)
+    loss_fn = nn.CrossEntropyLoss()
+    base = build_mlp(cfg.width, cfg.depth, seed=cfg.seed)
+    params = list(base.parameters())
+    numel = sum(q.numel() for q in params)
+    min_numel = 10_000
+    big = [q for q in params if q.numel() >= min_numel]
+    compressed_numel = sum(q.numel() for q in big)
+    raw_numel = numel - compressed_numel
+    cap_mb = numel * 4 / 2**20 + 1      # one bucket: compute, then communicate (no overlap)
+
+    # Compute alone, all ranks at once (same CPU contention as in training).
+    local_model = build_mlp(cfg.width, cfg.depth, seed=cfg.seed)
+    opt = torch.optim.SGD(local_model.parameters(), lr=1e-3)
+
+    def local_step():
+        opt.zero_grad(set_to_none=False)
+        loss_fn(local_model(x), y).backward()
+        opt.step()
+    compute_s = statistics.median(_timed_steps(local_step, cfg.train_warmup, cfg.train_steps, dist))
+    grads = [q.grad.detach().clone() for q in local_model.parameters() if q.numel() >= min_numel]
+    flat = torch.cat([g.reshape(-1) for g in grads])
+
+    points = []
+    common = {"numel": numel, "compressed_numel": compressed_numel, "raw_numel": raw_numel,
+              "batch_size": cfg.batch_size, "compute_s": compute_s,
+              "width": cfg.width, "depth": cfg.depth, "min_numel": min_numel}
+    for bits in (32, *cfg.train_bits):
+        model = build_mlp(cfg.width, cfg.depth, seed=cfg.seed)
+        ddp = DDP(model, bucket_cap_mb=cap_mb)
+        extra = dict(common)
+        if bits == 32:
+            transport = "allreduce"
+            bytes_per_step = int(2 * (p - 1) / p * numel * 4)    # ring allreduce, per rank
+        else:
+            transport = cfg.train_transport
+            qcfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=cfg.bucket_size)
+            state = qsgd.QSGDState(qcfg, transport=transport, min_numel=min_numel, seed=cfg.seed)
+            ddp.register_comm_hook(state, qsgd.qsgd_hook)
+            enc, dec, payload = _codec_seconds(flat, qcfg, cfg, rank, p, dist)
+            extra.update(payload_bytes=payload, encode_s=enc, decode_s=dec,
+                         levels=qcfg.levels, bucket_size=qcfg.bucket_size)
+            bytes_per_step = int((p - 1) * payload + 2 * (p - 1) / p * raw_numel * 4)
+        sgd = torch.optim.SGD(ddp.parameters(), lr=1e-3)
+
+        def step():
+            sgd.zero_grad(set_to_none=False)
+            loss_fn(ddp(x), y).backward()
+            sgd.step()
+        samples = _timed_steps(step, cfg.train_warmup, cfg.train_steps, dist)
+        points.append(TrainingPoint(model=f"mlp{cfg.depth}x{cfg.width}", transport=transport,
+                                    bits=bits, iteration_s=statistics.median(samples),
+                                    samples_s=tuple(samples), bytes_per_step=bytes_per_step,
+                                    extra=extra))
+        del ddp, model
+    return points
+
+
+def _codec_seconds(flat, qcfg, cfg, rank, p, dist):
+    """Median seconds to encode this rank's gradient and decode one payload, all ranks at once."""
+    import qsgd
+
+    payload = qsgd.encode(flat, qcfg, cfg.seed, rank=rank)
+    enc, dec = [], []
+    dist.barrier()
+    for i in range(max(3, cfg.train_steps)):
+        t0 = time.perf_counter()
+        payload = qsgd.encode(flat, qcfg, cfg.seed, rank=rank, step=i)
+        t1 = time.perf_counter()
+        qsgd.decode(payload)
+        t2 = time.perf_counter()
+        enc.append(t1 - t0)
+        dec.append(t2 - t1)
+    enc = _group_max(enc, dist)
+    dec = _group_max(dec, dist)
+    return statistics.median(enc), statistics.median(dec), int(payload.numel())
+
+
+def environment(cfg: HarnessConfig) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    p = dist.get_world_size()
+    host = os.environ.get("QSGD_TESTBED_HOST") or socket.gethostname()
+    hosts = [None] * p
+    dist.all_gather_object(hosts, host)
+    device = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    device = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    env = {"backend": dist.get_backend(), "world_size": p, "hosts": hosts, "devices": ["cpu"] * p,
+           "device_name": device, "cpus": os.cpu_count(), "torch_version": torch.__version__,
+           "python_version": platform.python_version(), "source": "harness",
+           "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    if cfg.topology:
+        env["topology"] = cfg.topology
+    return env
+
+
+def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | None:
+    """Measure on the default process group; returns the trace on rank 0, None elsewhere.
+
+    With ``init`` the group is initialised from the ``env://`` variables (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT) on gloo, or NCCL when CUDA is available, and destroyed at the end.
+    """
+    import torch
+    import torch.distributed as dist
+
+    if init:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.timeout_s))
+    try:
+        torch.set_num_threads(1)    # one core's worth per rank: 2 cores host 4 ranks here
+        env = environment(cfg)
+        points = []
+        for op in cfg.ops:
+            for n in sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor):
+                pt = sweep_collective(op, n, cfg.warmup, cfg.iters)
+                points.append(pt)
+                if log and dist.get_rank() == 0:
+                    log(f"{op:10s} {pt.bytes:12d} B  {pt.time_s * 1e3:9.3f} ms  "
+                        f"busbw {pt.busbw / 1e6:8.2f} MB/s")
+        training = time_training(cfg) if cfg.train_bits else []
+        if log and dist.get_rank() == 0:
+            for t in training:
+                log(f"train {t.transport:24s} bits {t.bits:2d}  {t.iteration_s * 1e3:9.2f} ms/step")
+        dist.barrier()
+        if dist.get_rank() != 0:
+            return None
+        return MeasuredTrace(environment=env, collectives=tuple(points), training=tuple(training))
+    finally:
+        if init and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``qsgd-emu validate run`` and of ``python -m emulator.validation.harness``."""
+    parser.add_argument("--out", required=True, help="MeasuredTrace JSON written by rank 0")
+    parser.add_argument("--ops", default="allreduce,allgather", help="comma list: allreduce,allgather")
+    parser.add_argument("--min-bytes", default="1MiB", help="smallest size (nccl-tests -b)")
+    parser.add_argument("--max-bytes", default="16MiB", help="largest size (nccl-tests -e)")
+    parser.add_argument("--factor", type=int, default=2, help="size multiplier (nccl-tests -f)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
+    parser.add_argument("--iters", type=int, default=5, help="timed repetitions per size")
+    parser.add_argument("--train-bits", default="4",
+                        help="QSGD bit widths to time against fp32 ('' for no training steps)")
+    parser.add_argument("--train-transport", default="allgather",
+                        choices=("allgather", "scatter_reduce_allgather"))
+    parser.add_argument("--width", type=int, default=1024, help="hidden units of the wide MLP")
+    parser.add_argument("--depth", type=int, default=3, help="hidden layers of the wide MLP")
+    parser.add_argument("--batch-size", type=int, default=16, help="samples per rank per step")
+    parser.add_argument("--train-warmup", type=int, default=2)
+    parser.add_argument("--train-steps", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="process-group timeout, seconds (a dead peer fails, never hangs)")
+    parser.add_argument("--topology", default=None,
+                        help="topology spec of this set-up, kept in the trace for compare")
+
+
+def config_from_args(args) -> HarnessConfig:
+    import topologies
+
+    bits = tuple(int(b) for b in str(args.train_bits).split(",") if b.strip())
+    return HarnessConfig(
+        ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
+        min_bytes=topologies.parse_bytes(args.min_bytes), max_bytes=topologies.parse_bytes(args.max_bytes),
+        factor=args.factor, warmup=args.warmup, iters=args.iters, train_bits=bits,
+        train_transport=args.train_transport, width=args.width, depth=args.depth,
+        batch_size=args.batch_size, train_warmup=args.train_warmup,
+        train_steps=args.train_steps, seed=args.seed, timeout_s=args.timeout,
+        topology=args.topology)
+
+
+def main(argv=None) -> int:
+    """Entry point of one rank: ``python -m emulator.validation.harness --out T.json ...``."""
+    parser = argparse.ArgumentParser(prog="python -m emulator.validation.harness",
+                                     description="time real collectives and QSGD training steps")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    cfg = config_from_args(args)
+    trace = run(cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
+    if trace is not None:
+        trace.save(args.out)
+        print(json.dumps({"out": args.out, "points": len(trace.collectives),
+                          "training": len(trace.training)}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
