@@ -43,6 +43,8 @@ _NS_PREFIX = "qsgdtb"
 class TestbedError(EmulatorError, RuntimeError):
     """A testbed could not be created, or a command inside it failed."""
 
+    __test__ = False   # not a pytest test class, despite the name
+
 
 @dataclass(frozen=True)
 class TestbedConfig:
@@ -76,6 +78,8 @@ class TestbedConfig:
     shape_ingress : bool
         Also shape the bridge port towards each host (the download direction).
     """
+
+    __test__ = False
 
     hosts: int = 2
     rate: float | None = None
@@ -247,6 +251,7 @@ class Testbed:
     """
 
     interface = "eth0"
+    __test__ = False
 
     def __init__(self, config: TestbedConfig | None = None, **kwargs):
         self.config = config if config is not None else TestbedConfig(**kwargs)
