@@ -21,6 +21,7 @@ _EXPORTS: dict[str, str] = {
     "PayloadError": "qsgd.errors",
     "TraceError": "qsgd.errors",
     "HookError": "qsgd.errors",
+    "ModelError": "qsgd.errors",
     "QSGDState": "qsgd.hook",
     "qsgd_hook": "qsgd.hook",
     "MODELS": "qsgd.models",

@@ -18,5 +18,9 @@ class TraceError(QSGDError, ValueError):
     """A payload trace file is malformed; the message names the field (a JSON path)."""
 
 
+class ModelError(QSGDError, ValueError):
+    """A model name or import path does not name a buildable ``torch.nn.Module``."""
+
+
 class HookError(QSGDError, RuntimeError):
     """The DDP communication hook cannot proceed (ranks disagree, a peer is gone, ...)."""
