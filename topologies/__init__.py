@@ -21,7 +21,7 @@ from .leaf_spine import leaf_spine
 from .machines import PRESETS, dgx1_v100, dgx_a100, dgx_h100, p2_16xlarge, pcie_box
 from .routing import Router
 from .spec import FAMILIES, from_spec, parse_spec
-from .summary import bisection_bandwidth, summary
+from .summary import bisection_bandwidth, diameter, summary
 from .torus import torus
 from .units import parse_bandwidth, parse_bytes, parse_time
 from .validate import validate_topology
@@ -33,4 +33,5 @@ __all__ = [
     "dgx1_v100", "dgx_a100", "dgx_h100", "pcie_box", "p2_16xlarge", "PRESETS",
     "cluster", "FABRICS", "from_spec", "parse_spec", "FAMILIES",
     "validate_topology", "gpus", "Router", "load", "save", "summary", "bisection_bandwidth",
+    "diameter",
 ]

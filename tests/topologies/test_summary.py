@@ -46,3 +46,33 @@ def test_diameter_in_hops(G, diameter):
 
 def test_total_bandwidth():
     assert T.summary(T.ring(8, bandwidth=2e9))["total_bandwidth"] == pytest.approx(16e9)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_diameter_with_hanging_trees_matches_networkx(seed):
+    import random
+
+    import networkx as nx
+    rng = random.Random(seed)
+    if seed % 3 == 0:
+        G = nx.random_labeled_tree(25, seed=seed)
+    else:
+        G = nx.connected_watts_strogatz_graph(25, 2 + 2 * (seed % 2), 0.2, seed=seed)
+    G = nx.relabel_nodes(G, str)
+    for i in range(12):                      # hosts and chains hanging off random nodes
+        G.add_edge(rng.choice(list(G)), f"h{i}")
+    assert T.diameter(G) == nx.diameter(G)
+
+
+def test_diameter_of_big_symmetric_fabrics_is_fast_and_exact():
+    assert T.diameter(T.fat_tree(32)) == 6          # host-edge-agg-core-agg-edge-host
+    assert T.diameter(T.torus((8, 8, 8))) == 12     # 3 * 8/2
+
+
+def test_diameter_of_disconnected_graph_raises():
+    import networkx as nx
+    G = nx.Graph()
+    nx.add_cycle(G, ["a", "b", "c"])
+    nx.add_cycle(G, ["d", "e", "f"])
+    with pytest.raises(T.ValidationError, match="not connected"):
+        T.diameter(G)
