@@ -144,3 +144,16 @@ def test_cleanup_stale_removes_only_dead_owners():
     finally:
         for ns in (stale, live):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def test_script_runs_a_command_per_host():
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "testbed.py")
+    r = subprocess.run([sys.executable, script, "run", "--hosts", "3", "--rate", "100Mbit",
+                        "--timeout", "30", "--", "sh", "-c", "echo rank=$RANK of $WORLD_SIZE"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert [l for l in r.stdout.splitlines() if l.startswith("rank=")] == [
+        "rank=0 of 3", "rank=1 of 3", "rank=2 of 3"]
+    r = subprocess.run([sys.executable, script, "run", "--hosts", "2", "--", "false"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "exit 1" in r.stdout
