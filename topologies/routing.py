@@ -124,6 +124,7 @@ class Router:
         flow : hashable
             Flow label (an int, or a string such as a transfer id): different flows between
             the same nodes may take different equal-cost paths; the same flow always the same.
+            Flows are hashed by ``str(flow)``, so ``1`` and ``"1"`` take the same path.
 
         Raises
         ------
