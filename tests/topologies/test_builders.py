@@ -186,6 +186,14 @@ def test_cluster_of_a_custom_machine_graph_and_nic_bandwidth():
     assert fab and all(d["bandwidth"] == 5e9 for d in fab)
 
 
+def _machine_with_bare_nic():
+    G = T.switch(2)
+    G.graph["name"] = "box"
+    G.add_node("nic0", kind="nic")
+    G.add_edge("nic0", "sw0", bandwidth=1e9, latency=1e-6)
+    return G
+
+
 @pytest.mark.parametrize("call, words", [
     (lambda: T.ring(1), "ring: n=1 must be >= 2"),
     (lambda: T.ring(4.0), "ring: n=4.0 must be an integer"),
@@ -203,6 +211,11 @@ def test_cluster_of_a_custom_machine_graph_and_nic_bandwidth():
     (lambda: T.cluster("dgx_z", 2), "node='dgx_z' is not a preset"),
     (lambda: T.cluster("dgx_a100", 2, fabric="mesh"), "fabric='mesh' is not known"),
     (lambda: T.cluster(T.ring(4), 2), "has no 'nic' node"),
+    (lambda: T.cluster(_machine_with_bare_nic(), 2), "NIC 'nic0' of 'box' has no 'bandwidth'"),
+    (lambda: T.ring(4, bandwidth=None), "bandwidth=None must be a number"),
+    (lambda: T.torus(None), "dims=None must be a sequence"),
+    (lambda: T.dragonfly(1), "groups=1 must be >= 2"),
+    (lambda: T.leaf_spine(2, 2, 2, uplink_bandwidth=0.0), "uplink_bandwidth=0.0"),
     (lambda: T.cluster("dgx_a100", 2, fabric="fat_tree", k=2), "k=2 gives 2 host ports"),
     (lambda: T.cluster("dgx_a100", 2, fabric="leaf_spine", k=4), "options: hosts_per_leaf"),
     (lambda: T.cluster("dgx_a100", 2, fabric="rail", bogus=1), "option bogus=1 is not an option of fabric 'rail'"),
