@@ -346,14 +346,27 @@ def decode_packed_serial(body, scales, n, d, s, b, chunk_buckets, out, scratch, 
 
 @njit(**_JIT)
 def _bitlen(k):
+    """Number of bits of k >= 0 (binary search: no data-dependent loop)."""
     n = 0
-    while k > 0xFFFF:
+    if k >= (1 << 32):
+        k >>= 32
+        n += 32
+    if k >= (1 << 16):
         k >>= 16
         n += 16
-    while k > 0:
+    if k >= (1 << 8):
+        k >>= 8
+        n += 8
+    if k >= (1 << 4):
+        k >>= 4
+        n += 4
+    if k >= (1 << 2):
+        k >>= 2
+        n += 2
+    if k >= 2:
         k >>= 1
         n += 1
-    return n
+    return n + k
 
 
 @njit(**_JIT)
@@ -379,8 +392,29 @@ def omega_length(k):
     return length
 
 
+#: omega codes of 1..OMEGA_TABLE-1 are looked up (gaps and levels are mostly small).
+OMEGA_TABLE = 4096
+
+
 @njit(**_JIT)
-def _elias_bits_bucket(levels, d, bk):
+def omega_tables():
+    """(codes, lengths) of the omega codes of 0..OMEGA_TABLE-1 (entry 0 unused)."""
+    codes = np.zeros(OMEGA_TABLE, dtype=np.uint64)
+    lengths = np.zeros(OMEGA_TABLE, dtype=np.int64)
+    for k in range(1, OMEGA_TABLE):
+        codes[k], lengths[k] = omega_code(k)
+    return codes, lengths
+
+
+@njit(**_JIT)
+def _omega(k, tcodes, tlengths):
+    if k < OMEGA_TABLE:
+        return tcodes[k], tlengths[k]
+    return omega_code(k)
+
+
+@njit(**_JIT)
+def _elias_bits_bucket(levels, d, bk, tlengths, nnzs):
     n = levels.shape[0]
     i0 = bk * d
     i1 = min(n, i0 + d)
@@ -390,24 +424,29 @@ def _elias_bits_bucket(levels, d, bk):
     for i in range(i0, i1):
         lv = np.int64(levels[i])
         if lv != 0:
-            total += omega_length(i - prev) + 1 + omega_length(abs(lv))
+            gap = i - prev
+            lg = tlengths[gap] if gap < OMEGA_TABLE else omega_length(gap)
+            a = abs(lv)
+            la = tlengths[a] if a < OMEGA_TABLE else omega_length(a)
+            total += lg + 1 + la
             prev = i
             nnz += 1
+    nnzs[bk] = nnz
     return 32 + omega_length(nnz + 1) + total
 
 
 @njit(**_PJIT)
-def elias_bucket_bits(levels, d, bits):
-    """Bits of each bucket's Elias coding into ``bits`` (int64, one per bucket)."""
+def elias_bucket_bits(levels, d, tlengths, bits, nnzs):
+    """Bits of each bucket's Elias coding into ``bits`` and its nonzeros into ``nnzs``."""
     for bk in prange(bits.shape[0]):
-        bits[bk] = _elias_bits_bucket(levels, d, bk)
+        bits[bk] = _elias_bits_bucket(levels, d, bk, tlengths, nnzs)
 
 
 @njit(**_JIT)
-def elias_bucket_bits_serial(levels, d, bits):
+def elias_bucket_bits_serial(levels, d, tlengths, bits, nnzs):
     """:func:`elias_bucket_bits` on one thread."""
     for bk in range(bits.shape[0]):
-        bits[bk] = _elias_bits_bucket(levels, d, bk)
+        bits[bk] = _elias_bits_bucket(levels, d, bk, tlengths, nnzs)
 
 
 @njit(**_JIT)
@@ -430,7 +469,8 @@ def _put(body, pos, first, last, acc, nacc, value, length, head, tail, c):
 
 
 @njit(**_JIT)
-def _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, head, tail):
+def _elias_write_chunk(c, levels, scale_bits, nnzs, d, offsets, chunk_buckets, tcodes, tlengths,
+                       body, head, tail):
     n = levels.shape[0]
     nb = scale_bits.shape[0]
     b0 = c * chunk_buckets
@@ -447,23 +487,24 @@ def _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, h
         i1 = min(n, i0 + d)
         pos, acc, nacc = _put(body, pos, first, last, acc, nacc,
                               np.uint64(scale_bits[bk]), 32, head, tail, c)
-        nnz = 0
-        for i in range(i0, i1):
-            if levels[i] != 0:
-                nnz += 1
-        code, length = omega_code(nnz + 1)
+        code, length = _omega(nnzs[bk] + 1, tcodes, tlengths)
         pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length, head, tail, c)
         prev = i0 - 1
         for i in range(i0, i1):
             lv = np.int64(levels[i])
             if lv != 0:
-                code, length = omega_code(i - prev)
-                pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length,
-                                      head, tail, c)
-                code, length = omega_code(abs(lv))
+                gcode, glen = _omega(i - prev, tcodes, tlengths)
+                code, length = _omega(abs(lv), tcodes, tlengths)
                 sign = np.uint64(1) if lv < 0 else np.uint64(0)
                 code |= sign << np.uint64(length)
-                pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length + 1,
+                length += 1
+                if glen + length <= 48:  # one append: the accumulator holds < 8 + 48 bits
+                    code |= gcode << np.uint64(length)
+                    length += glen
+                else:
+                    pos, acc, nacc = _put(body, pos, first, last, acc, nacc, gcode, glen,
+                                          head, tail, c)
+                pos, acc, nacc = _put(body, pos, first, last, acc, nacc, code, length,
                                       head, tail, c)
                 prev = i
     if nacc > 0:
@@ -475,7 +516,8 @@ def _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, h
 
 
 @njit(**_PJIT)
-def elias_write(levels, scale_bits, d, offsets, chunk_buckets, body, head, tail):
+def elias_write(levels, scale_bits, nnzs, d, offsets, chunk_buckets, tcodes, tlengths, body,
+                head, tail):
     """Write the Elias coding of every bucket at bit ``offsets[b]`` of a zeroed ``body``.
 
     The first and last byte of chunk ``c`` may be shared with a neighbour: they are returned in
@@ -483,15 +525,18 @@ def elias_write(levels, scale_bits, d, offsets, chunk_buckets, body, head, tail)
     """
     nchunks = (scale_bits.shape[0] + chunk_buckets - 1) // chunk_buckets
     for c in prange(nchunks):
-        _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, head, tail)
+        _elias_write_chunk(c, levels, scale_bits, nnzs, d, offsets, chunk_buckets, tcodes,
+                           tlengths, body, head, tail)
 
 
 @njit(**_JIT)
-def elias_write_serial(levels, scale_bits, d, offsets, chunk_buckets, body, head, tail):
+def elias_write_serial(levels, scale_bits, nnzs, d, offsets, chunk_buckets, tcodes, tlengths,
+                       body, head, tail):
     """:func:`elias_write` on one thread."""
     nchunks = (scale_bits.shape[0] + chunk_buckets - 1) // chunk_buckets
     for c in range(nchunks):
-        _elias_write_chunk(c, levels, scale_bits, d, offsets, chunk_buckets, body, head, tail)
+        _elias_write_chunk(c, levels, scale_bits, nnzs, d, offsets, chunk_buckets, tcodes,
+                           tlengths, body, head, tail)
 
 
 @njit(**_JIT)

@@ -51,36 +51,55 @@ def theorem_3_2_bits(s: int, n: int) -> float:
     return (3 + 1.5 * math.log2(2 * (s * s + n) / k)) * k + 32
 
 
-def bucket_bits(levels: np.ndarray, d: int) -> np.ndarray:
-    """Bits of each bucket's Elias coding (int64 array) for flat signed levels."""
+_TABLES = None
+
+
+def _tables():
+    global _TABLES
+    if _TABLES is None:
+        _TABLES = _kernels.omega_tables()
+    return _TABLES
+
+
+def bucket_bits(levels: np.ndarray, d: int, nnzs: np.ndarray | None = None) -> np.ndarray:
+    """Bits of each bucket's Elias coding (int64 array) for flat signed levels; the nonzeros
+    per bucket go into ``nnzs`` when given."""
     nb = -(-levels.shape[0] // d)
     bits = np.empty(nb, dtype=np.int64)
+    if nnzs is None:
+        nnzs = np.empty(nb, dtype=np.int64)
     if nb:
         big = levels.shape[0] >= _kernels.PARALLEL_MIN
-        (_kernels.elias_bucket_bits if big else _kernels.elias_bucket_bits_serial)(levels, d, bits)
+        kernel = _kernels.elias_bucket_bits if big else _kernels.elias_bucket_bits_serial
+        kernel(levels, d, _tables()[1], bits, nnzs)
     return bits
 
 
 def _encode_levels(levels: np.ndarray, scales: np.ndarray, cfg: QSGDConfig, dtype, shape):
     """A sealed payload of the Elias coding of flat levels and their float32 scales."""
     d = cfg.bucket_size
-    bits = bucket_bits(levels, d)
-    offsets = np.zeros(bits.shape[0] + 1, dtype=np.int64)
+    nb = -(-levels.shape[0] // d)
+    nnzs = np.empty(nb, dtype=np.int64)
+    bits = bucket_bits(levels, d, nnzs)
+    offsets = np.zeros(nb + 1, dtype=np.int64)
     np.cumsum(bits, out=offsets[1:])
     nbytes = int(-(-int(offsets[-1]) // 8))
     buf = wire.new_payload(cfg, dtype, shape, nbytes)
     body = wire.body_view(buf, len(shape))
-    body[:] = 0
-    nb = bits.shape[0]
     if nb:
         nchunks = -(-nb // CHUNK_BUCKETS)
         head = np.zeros(nchunks, dtype=np.uint8)
         tail = np.zeros(nchunks, dtype=np.uint8)
-        big = levels.shape[0] >= _kernels.PARALLEL_MIN
-        (_kernels.elias_write if big else _kernels.elias_write_serial)(levels, np.ascontiguousarray(scales).view(np.uint32), d, offsets,
-                             CHUNK_BUCKETS, body, head, tail)
         starts = offsets[0:nb:CHUNK_BUCKETS]
         stops = offsets[np.minimum(np.arange(1, nchunks + 1) * CHUNK_BUCKETS, nb)]
+        # every byte is written once, except the edge bytes of chunks, ORed in below
+        body[starts // 8] = 0
+        body[(stops - 1) // 8] = 0
+        big = levels.shape[0] >= _kernels.PARALLEL_MIN
+        kernel = _kernels.elias_write if big else _kernels.elias_write_serial
+        codes, lengths = _tables()
+        kernel(levels, np.ascontiguousarray(scales).view(np.uint32), nnzs, d, offsets,
+               CHUNK_BUCKETS, codes, lengths, body, head, tail)
         # each chunk spans >= 33 bits, so its first and last bytes differ
         body[(stops - 1) // 8] |= tail
         body[starts // 8] |= head

@@ -1,0 +1,39 @@
+"""``qsgd-emu bench TARGET [options]``: run one package's benchmark and print its table.
+
+Targets are registered by module path in :data:`TARGETS`; a target module defines
+``add_arguments(parser)`` and ``run(args) -> int`` like a sub-command, and is imported only
+when chosen (``bench topologies`` never imports torch).
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+#: target -> module with add_arguments(parser) and run(args) -> int
+TARGETS: dict[str, str] = {
+    "qsgd": "qsgd.bench",
+    "emulator": "emulator.bench",
+    "topologies": "topologies.bench",
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", choices=sorted(TARGETS), help="which benchmark to run")
+    parser.add_argument("options", nargs=argparse.REMAINDER,
+                        help="options of the target (see qsgd-emu bench TARGET --help)")
+
+
+def run(args: argparse.Namespace) -> int:
+    module_path = TARGETS[args.target]
+    try:
+        module = importlib.import_module(module_path)
+    except ModuleNotFoundError as exc:
+        if exc.name != module_path:
+            raise
+        raise ValueError(f"bench target {args.target!r} is not available: module {module_path} "
+                         "is not installed") from None
+    parser = argparse.ArgumentParser(prog=f"qsgd-emu bench {args.target}",
+                                     description=(module.__doc__ or "").strip().splitlines()[0]
+                                     if module.__doc__ else None)
+    module.add_arguments(parser)
+    return int(module.run(parser.parse_args(args.options)) or 0)
