@@ -29,6 +29,13 @@ _EXPORTS: dict[str, str] = {
 __all__ = sorted(_EXPORTS)
 
 
+# ``calibrate`` and ``compare`` are both submodules and functions: importing a submodule
+# binds its name on the package, which would shadow the lazy function, so these two are
+# bound eagerly (numpy and networkx only; no torch).
+from .calibrate import Calibration, calibrate  # noqa: E402
+from .compare import ValidationReport, compare  # noqa: E402
+
+
 def __getattr__(name: str):
     try:
         module = _EXPORTS[name]
