@@ -24,9 +24,11 @@ FORMAT = "qsgd-payload-trace"
 VERSION = 1
 #: bytes per uncompressed gradient element (fp32).
 FP32_BYTES = 4
-#: which DDP bucket assignment a trace follows: the one DDP builds at construction (reverse
-#: registration order) or the one it rebuilds after the first iteration (gradient-ready order).
-ASSIGNMENTS = ("initial", "rebuilt")
+#: which DDP bucket assignment a trace follows (see :mod:`qsgd.buckets`): ``"ready"``, DDP's
+#: rebuilt buckets from the measured gradient-ready order (what DDP uses from its second iteration
+#: on); ``"reverse"``, the same walk in reverse registration order (the file's default);
+#: ``"find_unused"``, DDP's construction-time assignment kept with ``find_unused_parameters=True``.
+ASSIGNMENTS = ("ready", "reverse", "find_unused")
 
 
 # ---------------------------------------------------------------- field checks
@@ -241,9 +243,9 @@ class PayloadTrace:
         DDP's bucket assignment, in reduction order.
     iterations : tuple of TraceIteration
         Measured iterations; each lists every bucket in the same order.
-    bucket_assignment : {"initial", "rebuilt"}
-        Which DDP assignment ``buckets`` follows (an optional field of the file; ``"initial"``
-        when absent).
+    bucket_assignment : {"ready", "reverse", "find_unused"}
+        Which DDP assignment ``buckets`` follows (:data:`ASSIGNMENTS`; an optional field of the
+        file, ``"reverse"`` when absent).
     extra : dict
         Unknown top-level fields, kept for writing back.
     """
@@ -262,7 +264,7 @@ class PayloadTrace:
     seed: int
     buckets: tuple[TraceBucket, ...]
     iterations: tuple[TraceIteration, ...]
-    bucket_assignment: str = "initial"
+    bucket_assignment: str = "reverse"
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     _KEYS = ("format", "version", "model", "parameters", "device", "device_name", "torch_version",
@@ -318,6 +320,12 @@ class PayloadTrace:
             raise TraceError(f"mean_iteration: name must be forward_s, backward_s, optimizer_s or "
                              f"compute_s, got {name!r}")
         return sum(getattr(it, name) for it in self.iterations) / len(self.iterations)
+
+    @property
+    def forward_flops(self) -> int | None:
+        """FLOPs of one sample's forward pass (optional field ``forward_flops``), if recorded."""
+        v = self.extra.get("forward_flops")
+        return v if _is_int(v) and v > 0 else None
 
     def _bucket(self, bucket: int) -> int:
         if not _is_int(bucket) or not 0 <= bucket < len(self.buckets):
@@ -388,7 +396,7 @@ def _parse(d) -> dict:
         if not _is_int(n) or n < 1:
             raise TraceError(f"input_shape[{j}] must be an int >= 1, got {n!r}")
     config = _config(_obj(_get(d, "config", ""), "config"))
-    assignment = d.get("bucket_assignment", "initial")
+    assignment = d.get("bucket_assignment", "reverse")
     if assignment not in ASSIGNMENTS:
         raise TraceError(f"bucket_assignment must be one of {list(ASSIGNMENTS)}, got {assignment!r}")
 
@@ -407,6 +415,8 @@ def _parse(d) -> dict:
     if total != parameters:
         raise TraceError(f"parameters must equal the sum of buckets[*].numel = {total}, got {parameters}")
     min_numel = _int(d, "min_numel", "")
+    if "forward_flops" in d:  # optional, written by measure; kept in ``extra``
+        _int(d, "forward_flops", "", 1)
 
     iterations = tuple(TraceIteration.from_dict(it, f"iterations[{j}]")
                        for j, it in enumerate(_list(d, "iterations", "")))

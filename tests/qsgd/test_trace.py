@@ -52,9 +52,14 @@ def test_round_trip_through_dict_and_file(tmp_path):
     assert out["note"] == {"kept": [1, 2]}
     assert out["buckets"][0]["tag"] == "x"
     assert out["config"] == doc["config"]
-    assert back.bucket_assignment == "initial"
+    assert back.bucket_assignment == "reverse"
     assert isinstance(back.config, qsgd.QSGDConfig) and back.config.bits == 4
     assert not list(tmp_path.glob("*.tmp*"))
+    assert back.forward_flops is None
+    doc["forward_flops"] = 8_178_368_512
+    doc["bucket_assignment"] = "ready"
+    t = qsgd.PayloadTrace.from_dict(doc)
+    assert t.forward_flops == 8_178_368_512 and t.bucket_assignment == "ready"
 
 
 def test_replay_helpers():
@@ -117,6 +122,7 @@ REJECTIONS = [
     (("config", "bits"), 8, "config.bits must be 4 for levels=7, got 8"),
     (("config", "codec"), _DELETE, "config.codec is missing"),
     (("bucket_assignment",), "random", "bucket_assignment must be one of"),
+    (("forward_flops",), 0, "forward_flops must be an int >= 1, got 0"),
     (("parameters",), 5, "parameters must equal the sum of buckets[*].numel = 1025020, got 5"),
     (("buckets",), [], "buckets must be a non-empty list"),
     (("buckets", 1, "index"), 7, "buckets[1].index must be 1, got 7"),

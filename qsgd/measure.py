@@ -1,0 +1,296 @@
+"""Measure what QSGD really sends for a real model: real gradients, real codec, per DDP bucket.
+
+Each iteration is a real training step on synthetic data (forward, backward, SGD step) with
+per-parameter post-accumulate hooks that time when each gradient is ready during backward; then
+every bucket's real gradient is laid out as in DDP's bucket buffer and really encoded and decoded
+(:func:`qsgd.encode`, :func:`qsgd.decode`), each timed on its own. On CUDA, times come from CUDA
+events (the hooks run on the host ahead of the kernels, so host clocks would read too early);
+on CPU from ``time.perf_counter``.
+
+The paper's rule (Alistarh et al. 2017, Section 5): parameters with fewer than ``min_numel``
+elements are sent as fp32; the rest of a bucket is one QSGD payload. Quantization streams are
+``(seed, rank=0, step=iteration, bucket=index)``, so a trace is reproducible up to its timings.
+"""
+from __future__ import annotations
+
+import platform
+import time
+from typing import Callable
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+import qsgd
+from qsgd.buckets import (DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_MIN_NUMEL,
+                          ddp_buckets, ddp_parameters)
+from qsgd.config import QSGDConfig
+from qsgd.errors import ConfigError
+from qsgd.models import build_model, forward_flops, model_name
+from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
+
+#: bucket order -> how :func:`ddp_buckets` is called (see :mod:`qsgd.buckets`).
+BUCKET_ORDERS: dict[str, dict] = {
+    "ready": {},  # ready_order filled in from the warm-up iteration
+    "reverse": {},
+    "find_unused": {"find_unused_parameters": True},
+}
+
+
+class _Clock:
+    """Marks on the device's timeline: CUDA events on CUDA, ``perf_counter`` on the host."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def sync(self) -> None:
+        if self.cuda:
+            torch.cuda.synchronize(self.device)
+
+    def seconds(self, a, b) -> float:
+        """Seconds from mark ``a`` to mark ``b`` (after :meth:`sync`)."""
+        return max(0.0, a.elapsed_time(b) / 1e3 if self.cuda else b - a)
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` -> CUDA when available, else CPU; an unavailable CUDA raises ConfigError."""
+    if isinstance(device, str) and device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"device {device!r} asked for, but CUDA is not available here")
+    if dev.type not in ("cpu", "cuda"):
+        raise ConfigError(f"device must be 'auto', 'cpu' or 'cuda[:N]', got {device!r}")
+    return dev
+
+
+def device_name(device: torch.device) -> str:
+    """The processor's marketing name (``/proc/cpuinfo``) or the GPU's (``torch.cuda``)."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            for line in fh:
+                if line.lower().startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "cpu"
+
+
+def _default_loss(output: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    # Any user module: cross-entropy on the last dimension against random labels when the output
+    # looks like logits, else the mean square (a real backward through every parameter).
+    if output.is_floating_point() and output.ndim >= 2 and output.shape[-1] > 1:
+        target = torch.randint(0, output.shape[-1], output.shape[:-1], generator=generator)
+        return F.cross_entropy(output.reshape(-1, output.shape[-1]).float(),
+                               target.reshape(-1).to(output.device))
+    return output.float().square().mean()
+
+
+def _check_int(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
+    return value
+
+
+def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, batch_size: int = 8,
+            device: str | torch.device = "auto", min_numel: int = DEFAULT_MIN_NUMEL, seed: int = 0,
+            bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES,
+            first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES, bucket_order: str = "ready",
+            warmup: int = 1, input_shape: tuple[int, ...] | None = None, lr: float = 0.01,
+            progress: Callable[[str], None] | None = None) -> PayloadTrace:
+    """Run real training steps of ``model`` and record QSGD payloads and timings per DDP bucket.
+
+    Parameters
+    ----------
+    model : torch.nn.Module or str
+        A module (moved to ``device`` in place and trained by the steps), or a name / import path
+        for :func:`qsgd.build_model` (built with ``torch.manual_seed(seed)``).
+    cfg : QSGDConfig
+        Quantization and codec.
+    iterations : int
+        Recorded iterations (several: elias payload sizes vary).
+    batch_size : int
+        Synthetic samples per iteration.
+    device : {"auto", "cpu", "cuda", "cuda:N"}
+        Where to run; ``"auto"`` takes CUDA when available.
+    min_numel : int
+        Parameters with fewer elements are sent as fp32 (the paper's 10,000).
+    seed : int
+        Seeds the model's initialization (when built here), the synthetic data and the
+        quantization streams.
+    bucket_cap_bytes, first_bucket_bytes : int
+        DDP's bucket caps, bytes.
+    bucket_order : {"ready", "reverse", "find_unused"}
+        ``"ready"``: DDP's rebuilt buckets from the gradient-ready order of the first warm-up
+        iteration (what DDP uses in steady state); ``"reverse"``: reverse registration order;
+        ``"find_unused"``: DDP's assignment with ``find_unused_parameters=True``.
+    warmup : int
+        Unrecorded iterations first (allocator, oneDNN/cuDNN plans, numba compilation, and the
+        ready order); at least 1 for ``bucket_order="ready"``.
+    input_shape : tuple of int, optional
+        One sample's shape, for a model without ``example_input``.
+    lr : float
+        SGD learning rate of the steps (momentum 0.9).
+    progress : callable, optional
+        Called with a one-line message after each iteration.
+
+    Returns
+    -------
+    PayloadTrace
+        With ``bucket_assignment`` saying which order was used and ``forward_flops`` (per
+        sample) where the model's forward can run on the meta device.
+    """
+    if not isinstance(cfg, QSGDConfig):
+        raise ConfigError(f"cfg must be a QSGDConfig, got {type(cfg).__name__}")
+    _check_int("iterations", iterations, 1)
+    _check_int("batch_size", batch_size, 1)
+    _check_int("min_numel", min_numel, 0)
+    _check_int("seed", seed, 0)
+    _check_int("warmup", warmup, 1 if bucket_order == "ready" else 0)
+    if bucket_order not in BUCKET_ORDERS:
+        raise ConfigError(f"bucket_order must be one of {sorted(BUCKET_ORDERS)}, got {bucket_order!r}")
+    dev = resolve_device(device)
+
+    if isinstance(model, str):
+        name = model
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = build_model(model)
+    elif isinstance(model, nn.Module):
+        name = model_name(model)
+    else:
+        raise ConfigError(f"model must be an nn.Module or a model name, got {type(model).__name__}")
+    if input_shape is None:
+        input_shape = getattr(model, "input_shape", None)
+    if not input_shape or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in input_shape):
+        raise ConfigError(f"input_shape must be a tuple of ints >= 1 for model {name!r} "
+                          f"(it has no input_shape of its own), got {input_shape!r}")
+    input_shape = tuple(input_shape)
+    model = model.to(dev).train()
+    params = ddp_parameters(model)
+    if not params:
+        raise ConfigError(f"model {name!r} has no trainable parameters")
+    # Validate caps now, not after a warm-up iteration of a large model.
+    ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, **BUCKET_ORDERS[bucket_order])
+
+    clock = _Clock(dev)
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.SGD([p for _, p in params], lr=lr, momentum=0.9)
+    marks: dict[str, object] = {}
+    order: list[str] = []
+
+    def on_ready(pname: str):
+        def hook(_p):
+            marks[pname] = clock.mark()
+            order.append(pname)
+        return hook
+
+    handles = [p.register_post_accumulate_grad_hook(on_ready(n)) for n, p in params]
+    try:
+        buckets = None
+        if bucket_order != "ready":
+            buckets = ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, **BUCKET_ORDERS[bucket_order])
+        records: list[TraceIteration] = []
+        for it in range(warmup + iterations):
+            recorded = it >= warmup
+            step = _train_step(model, optimizer, batch_size, input_shape, generator, dev, clock, marks, order)
+            if buckets is None:  # the first warm-up iteration gives DDP's rebuild order
+                buckets = ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, ready_order=list(order))
+            timings = _codec_pass(model, buckets, cfg, min_numel, seed, it - warmup if recorded else 0,
+                                  clock, step)
+            if recorded:
+                forward_s, backward_s, optimizer_s, _ = step
+                records.append(TraceIteration(it - warmup, forward_s, backward_s, optimizer_s, tuple(timings)))
+                if progress is not None:
+                    sent = sum(t.wire_bytes for t in timings)
+                    progress(f"iteration {it - warmup + 1}/{iterations}: forward {forward_s * 1e3:.1f} ms, "
+                             f"backward {backward_s * 1e3:.1f} ms, {len(buckets)} buckets, {sent} bytes")
+    finally:
+        for h in handles:
+            h.remove()
+
+    try:
+        flops = forward_flops(model, input_shape)
+    except (RuntimeError, NotImplementedError, TypeError, ValueError):
+        flops = 0  # a model whose forward cannot run on the meta device: leave the field out
+    extra = {"threads": torch.get_num_threads()}
+    if flops > 0:
+        extra["forward_flops"] = flops
+    return PayloadTrace(
+        model=name, parameters=sum(p.numel() for _, p in params), device=str(dev),
+        device_name=device_name(dev), torch_version=torch.__version__, batch_size=batch_size,
+        input_shape=input_shape, config=cfg, min_numel=min_numel, bucket_cap_bytes=bucket_cap_bytes,
+        first_bucket_bytes=first_bucket_bytes, seed=seed,
+        buckets=tuple(TraceBucket(b.index, b.numel, b.names, *b.split(min_numel)) for b in buckets),
+        iterations=tuple(records), bucket_assignment=bucket_order, extra=extra,
+    )
+
+
+def _train_step(model, optimizer, batch_size, input_shape, generator, dev, clock, marks, order):
+    """One real step; returns (forward_s, backward_s, optimizer_s, {name: ready_s})."""
+    optimizer.zero_grad(set_to_none=True)
+    if hasattr(model, "example_input"):
+        x = model.example_input(batch_size, generator=generator, device=dev)
+    else:
+        x = torch.randn((batch_size, *input_shape), generator=generator).to(dev)
+    target = (model.example_target(batch_size, generator=generator, device=dev)
+              if hasattr(model, "example_target") and hasattr(model, "loss") else None)
+    marks.clear()
+    order.clear()
+    clock.sync()
+    t0 = clock.mark()
+    out = model(x)
+    loss = model.loss(out, target) if target is not None else _default_loss(out, generator)
+    t1 = clock.mark()
+    loss.backward()
+    t2 = clock.mark()
+    optimizer.step()
+    t3 = clock.mark()
+    clock.sync()
+    ready = {n: clock.seconds(t1, m) for n, m in marks.items()}
+    return clock.seconds(t0, t1), clock.seconds(t1, t2), clock.seconds(t2, t3), ready
+
+
+@torch.no_grad()
+def _codec_pass(model, buckets, cfg, min_numel, seed, step, clock, train_step) -> list[BucketTiming]:
+    """Encode and decode each bucket's compressed gradients; one timing record per bucket."""
+    _, backward_s, _, ready = train_step
+    grads = {}
+    for n, p in model.named_parameters():
+        if p.requires_grad:
+            grads[n] = p.grad if p.grad is not None else torch.zeros_like(p)  # unused: DDP sends zeros
+    out = []
+    for b in buckets:
+        # A parameter that got no gradient is ready when backward ends, as DDP marks it then.
+        ready_s = min(backward_s, max(ready.get(n, backward_s) for n in b.names))
+        comp, raw = b.split(min_numel)
+        payload_bytes, encode_s, decode_s, extra = 0, 0.0, 0.0, {}
+        if comp:
+            # The compressed part of DDP's flat bucket buffer, in the bucket's order.
+            flat = torch.cat([grads[n].reshape(-1) for n in b.compressed_names(min_numel)])
+            clock.sync()
+            t0 = clock.mark()
+            payload = qsgd.encode(flat, cfg, seed, step=step, bucket=b.index)
+            t1 = clock.mark()
+            decoded = qsgd.decode(payload)
+            t2 = clock.mark()
+            clock.sync()
+            encode_s, decode_s = clock.seconds(t0, t1), clock.seconds(t1, t2)
+            payload_bytes = int(payload.numel())
+            norm = float(flat.float().norm())
+            extra["rel_error"] = float((decoded.float() - flat.float()).norm()) / norm if norm > 0 else 0.0
+        out.append(BucketTiming(b.index, ready_s, payload_bytes, FP32_BYTES * raw, encode_s, decode_s, extra))
+    return out
