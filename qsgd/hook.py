@@ -1,0 +1,401 @@
+"""QSGD as a ``DistributedDataParallel`` communication hook (Alistarh et al., NeurIPS 2017, sec. 3).
+
+Usage, in the style of ``torch.distributed.algorithms.ddp_comm_hooks``::
+
+    state = qsgd.QSGDState(qsgd.QSGDConfig.from_bits(4), transport="allgather")
+    ddp_model.register_comm_hook(state, qsgd.qsgd_hook)
+
+Quantized payloads cannot be summed by an allreduce (the sum of two payloads is not a payload),
+so the hook moves encoded bytes and decodes at the receiver:
+
+``allgather``
+    Each rank encodes its bucket (random stream ``(seed, rank, step, bucket)``), the payloads are
+    all-gathered (sizes first: the elias codec's sizes differ across ranks; shorter payloads are
+    padded) and every rank decodes all of them and takes the mean. All ranks average the same
+    decoded tensors in the same order, so they end every step with identical parameters.
+``scatter_reduce_allgather``
+    The bucket is split in ``world_size`` chunks; rank ``r`` encodes chunk ``j`` for its owner
+    ``j`` (an ``all_to_all``), the owner decodes and averages its chunk, re-quantizes the mean and
+    all-gathers it; everyone decodes. Bytes per rank fall from ``(p-1) P`` to about ``2 (p-1) P / p``
+    at the price of a second quantization (the variance of two QSGD steps, sec. 3.1).
+
+Parameters with fewer than ``min_numel`` elements travel uncompressed in the same bucket by an
+allreduce (the paper's rule, sec. 5: small tensors cost more in scales than they save). The first
+``warmup_steps`` steps use a plain allreduce of the whole bucket. With ``error_feedback`` each
+rank keeps the part its quantizer dropped (``x - Q(x)`` per bucket) and adds it to the next step's
+gradient (Karimireddy et al., ICML 2019, "Error feedback fixes SignSGD").
+
+The compressed collectives are issued and waited for inside the hook, each bounded by
+``timeout_s``: a dead peer or a disagreement between ranks becomes a :class:`qsgd.HookError` on
+every rank instead of a hang. The returned future is already completed.
+"""
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from qsgd.codec import decode, encode
+from qsgd.config import QSGDConfig
+from qsgd.errors import ConfigError, HookError
+
+#: transport name -> bucket function ``(state, flat) -> averaged flat`` (filled below).
+TRANSPORTS: dict[str, Any] = {}
+
+# Bytes of the config fingerprint exchanged on the first call (JSON, zero padded).
+_FINGERPRINT_BYTES = 1024
+
+
+@dataclass
+class _StepStats:
+    payload_bytes: int = 0     # QSGD payload bytes this rank encoded
+    raw_bytes: int = 0         # fp32 bytes of uncompressed (small or warm-up) tensors
+    bytes_sent: int = 0        # bytes this rank puts on the wire (direct exchange, see _sent)
+    encode_s: float = 0.0
+    decode_s: float = 0.0
+    comm_s: float = 0.0
+    buckets: int = 0
+
+    def as_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+class QSGDState:
+    """State of :func:`qsgd_hook`: configuration, step counter, residuals and statistics.
+
+    Parameters
+    ----------
+    config : QSGDConfig
+    transport : {"allgather", "scatter_reduce_allgather"}
+    min_numel : int
+        Parameters with fewer elements are sent uncompressed (fp32 allreduce).
+    warmup_steps : int
+        Steps of plain allreduce before compression starts.
+    error_feedback : bool
+        Keep each bucket's quantization error and add it to the next step's gradient.
+    process_group : ProcessGroup, optional
+        Default: the default group.
+    seed : int
+        Seed of the random streams (with rank, step and bucket index).
+    timeout_s : float
+        Bound on each collective of the compressed path (seconds).
+
+    Attributes
+    ----------
+    step : int
+        Steps completed (advanced after the last bucket of each backward).
+    last_stats : dict
+        The finished step's ``payload_bytes``, ``raw_bytes``, ``bytes_sent`` (bytes),
+        ``encode_s``, ``decode_s``, ``comm_s`` (seconds), ``buckets``.
+    """
+
+    def __init__(self, config: QSGDConfig, transport: str = "allgather", min_numel: int = 10_000,
+                 warmup_steps: int = 0, error_feedback: bool = False, process_group=None,
+                 seed: int = 0, timeout_s: float = 300.0):
+        if not isinstance(config, QSGDConfig):
+            raise ConfigError(f"config: expected a QSGDConfig, got {type(config).__name__}")
+        if transport not in TRANSPORTS:
+            raise ConfigError(f"transport: expected one of {sorted(TRANSPORTS)}, got {transport!r}")
+        for name, value in (("min_numel", min_numel), ("warmup_steps", warmup_steps), ("seed", seed)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ConfigError(f"{name}: expected an int >= 0, got {value!r}")
+        if not isinstance(error_feedback, bool):
+            raise ConfigError(f"error_feedback: expected a bool, got {error_feedback!r}")
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+                or not math.isfinite(timeout_s) or timeout_s <= 0:
+            raise ConfigError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
+        self.config = config
+        self.transport = transport
+        self.min_numel = min_numel
+        self.warmup_steps = warmup_steps
+        self.error_feedback = error_feedback
+        self.process_group = process_group
+        self.seed = seed
+        self.timeout_s = float(timeout_s)
+        self.step = 0
+        self.residuals: dict[int, torch.Tensor] = {}
+        self.last_stats: dict = _StepStats().as_dict()
+        self._stats = _StepStats()
+        self._checked = False
+        self._layouts: dict[int, tuple[torch.Tensor, int]] = {}
+
+    # --- identity and checkpoints --------------------------------------------------------
+
+    def fingerprint(self) -> dict:
+        """The settings every rank must share (compared across ranks on the first call)."""
+        return {"config": self.config.to_dict(), "transport": self.transport,
+                "min_numel": self.min_numel, "warmup_steps": self.warmup_steps,
+                "error_feedback": self.error_feedback, "seed": self.seed, "step": self.step,
+                "world_size": self.world_size}
+
+    @property
+    def rank(self) -> int:
+        return dist.get_rank(self.process_group)
+
+    @property
+    def world_size(self) -> int:
+        return dist.get_world_size(self.process_group)
+
+    def state_dict(self) -> dict:
+        """Step counter, error-feedback residuals and settings, for ``torch.save``."""
+        return {"step": self.step, "config": self.config.to_dict(), "transport": self.transport,
+                "min_numel": self.min_numel, "warmup_steps": self.warmup_steps,
+                "error_feedback": self.error_feedback, "seed": self.seed,
+                "residuals": {k: v.detach().clone().cpu() for k, v in self.residuals.items()}}
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Resume from :meth:`state_dict`; the settings must match this state's."""
+        mine = self.state_dict()
+        for key in ("config", "transport", "min_numel", "warmup_steps", "error_feedback", "seed"):
+            if key not in sd:
+                raise HookError(f"state_dict: missing field {key!r}")
+            if sd[key] != mine[key]:
+                raise HookError(f"state_dict: field {key!r} is {sd[key]!r} in the checkpoint but "
+                                f"{mine[key]!r} in this QSGDState")
+        step = sd.get("step")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise HookError(f"state_dict: field 'step' must be an int >= 0, got {step!r}")
+        self.step = step
+        self.residuals = {int(k): v.clone() for k, v in sd.get("residuals", {}).items()}
+        # The new fingerprint (with the restored step) is compared again on the next call.
+        self._checked = False
+
+    # --- collectives with bounded waits ---------------------------------------------------
+
+    def _wait(self, work, what: str) -> None:
+        try:
+            work.wait(timedelta(seconds=self.timeout_s))
+        except Exception as exc:  # gloo/NCCL raise RuntimeError or DistBackendError subclasses
+            raise HookError(f"rank {self.rank}: {what} at step {self.step} failed or timed out "
+                            f"after timeout_s={self.timeout_s:g}: {exc}") from exc
+
+    def _all_gather(self, tensor: torch.Tensor, what: str) -> list[torch.Tensor]:
+        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
+        t0 = time.perf_counter()
+        self._wait(dist.all_gather(out, tensor, group=self.process_group, async_op=True), what)
+        self._stats.comm_s += time.perf_counter() - t0
+        return out
+
+    def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits, what) -> None:
+        t0 = time.perf_counter()
+        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.process_group,
+                                      async_op=True)
+        self._wait(work, what)
+        self._stats.comm_s += time.perf_counter() - t0
+
+    def _all_reduce_mean(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
+        t0 = time.perf_counter()
+        self._wait(dist.all_reduce(tensor, group=self.process_group, async_op=True), what)
+        self._stats.comm_s += time.perf_counter() - t0
+        return tensor.div_(self.world_size)
+
+    def check_peers(self) -> None:
+        """Compare :meth:`fingerprint` across ranks; :class:`HookError` names the first field that differs."""
+        text = json.dumps(self.fingerprint(), sort_keys=True).encode()
+        if len(text) > _FINGERPRINT_BYTES:
+            raise HookError(f"fingerprint: {len(text)} bytes exceed {_FINGERPRINT_BYTES}")
+        buf = torch.zeros(_FINGERPRINT_BYTES, dtype=torch.uint8)
+        buf[: len(text)] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
+        device = _group_device(self.process_group)
+        got = self._all_gather(buf.to(device), "config fingerprint all_gather")
+        prints = [json.loads(bytes(g.cpu().numpy()).rstrip(b"\0")) for g in got]
+        mine = self.fingerprint()
+        for r, theirs in enumerate(prints):
+            for key in sorted(set(mine) | set(theirs)):
+                a, b = mine.get(key), theirs.get(key)
+                if isinstance(a, dict) and isinstance(b, dict):
+                    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+                    if diff:
+                        k = diff[0]
+                        raise HookError(f"ranks disagree on QSGDState field '{key}.{k}': rank "
+                                        f"{self.rank} has {a.get(k)!r}, rank {r} has {b.get(k)!r}")
+                elif a != b:
+                    raise HookError(f"ranks disagree on QSGDState field '{key}': rank {self.rank} "
+                                    f"has {a!r}, rank {r} has {b!r}")
+        self._checked = True
+
+    # --- per-step bookkeeping -------------------------------------------------------------
+
+    def _end_step(self) -> None:
+        self.last_stats = self._stats.as_dict()
+        self._stats = _StepStats()
+        self.step += 1
+
+
+def _group_device(group) -> torch.device:
+    # NCCL moves only CUDA tensors; gloo only CPU ones here.
+    backend = dist.get_backend(group)
+    if backend == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+def _layout(state: QSGDState, bucket) -> tuple[torch.Tensor, int]:
+    """Mask of the bucket's elements that are QSGD-compressed (params >= min_numel)."""
+    index = bucket.index()
+    buf = bucket.buffer()
+    cached = state._layouts.get(index)
+    if cached is not None and cached[1] == buf.numel():
+        return cached
+    mask = torch.zeros(buf.numel(), dtype=torch.bool)
+    offset = 0
+    for p in bucket.parameters():
+        n = p.numel()
+        if n >= state.min_numel:
+            mask[offset: offset + n] = True
+        offset += n
+    if offset != buf.numel():
+        raise HookError(f"bucket {index}: parameters hold {offset} elements but the buffer {buf.numel()}")
+    state._layouts[index] = (mask.to(buf.device), buf.numel())
+    return state._layouts[index]
+
+
+def _encode(state: QSGDState, x: torch.Tensor, rank: int, bucket: int) -> torch.Tensor:
+    t0 = time.perf_counter()
+    payload = encode(x, state.config, state.seed, rank=rank, step=state.step, bucket=bucket)
+    state._stats.encode_s += time.perf_counter() - t0
+    state._stats.payload_bytes += payload.numel()
+    return payload
+
+
+def _decode(state: QSGDState, payload: torch.Tensor, device) -> torch.Tensor:
+    t0 = time.perf_counter()
+    out = decode(payload, device=device)
+    state._stats.decode_s += time.perf_counter() - t0
+    return out
+
+
+def _gather_payloads(state: QSGDState, payload: torch.Tensor, numel: int, what: str) -> list[torch.Tensor]:
+    """All ranks' payloads (unpadded); every rank must be gathering ``numel`` elements."""
+    device = _group_device(state.process_group)
+    meta = torch.tensor([payload.numel(), numel], dtype=torch.int64, device=device)
+    metas = [m.cpu() for m in state._all_gather(meta, f"{what} size all_gather")]
+    numels = [int(m[1]) for m in metas]
+    if len(set(numels)) != 1:
+        raise HookError(f"{what}: ranks hold different element counts {numels} (the models or "
+                        "min_numel differ across ranks)")
+    sizes = [int(m[0]) for m in metas]
+    padded = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
+    padded[: payload.numel()] = payload.to(device)
+    got = state._all_gather(padded, f"{what} payload all_gather")
+    return [g[:s] for g, s in zip(got, sizes)]
+
+
+def _allgather(state: QSGDState, x: torch.Tensor, bucket: int) -> torch.Tensor:
+    p, rank = state.world_size, state.rank
+    payload = _encode(state, x, rank, bucket)
+    state._stats.bytes_sent += (p - 1) * payload.numel()
+    if p == 1:
+        decoded = [_decode(state, payload, x.device)]
+    else:
+        decoded = [_decode(state, g, x.device) for g in
+                   _gather_payloads(state, payload, x.numel(), f"bucket {bucket}")]
+    mean = torch.stack(decoded).sum(0).div_(p)
+    own = decoded[rank]
+    return mean, own
+
+
+def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int) -> torch.Tensor:
+    p, rank = state.world_size, state.rank
+    chunks = torch.tensor_split(x, p)
+    # Distinct streams: chunk j of bucket b is stream bucket = b * p + j; the re-quantization of
+    # the owner's mean uses rank p + owner so it never reuses a first-phase stream.
+    payloads = [_encode(state, c, rank, bucket * p + j) for j, c in enumerate(chunks)]
+    own = torch.cat([_decode(state, pl, x.device) for pl in payloads]) if state.error_feedback else None
+    device = _group_device(state.process_group)
+    if p == 1:
+        mine = [payloads[0]]
+    else:
+        state._stats.bytes_sent += sum(pl.numel() for j, pl in enumerate(payloads) if j != rank)
+        in_sizes = torch.tensor([pl.numel() for pl in payloads], dtype=torch.int64, device=device)
+        out_sizes = torch.empty_like(in_sizes)
+        state._all_to_all(out_sizes, in_sizes, None, None, f"bucket {bucket} chunk size all_to_all")
+        in_splits = in_sizes.tolist()
+        out_splits = out_sizes.cpu().tolist()
+        recv = torch.empty(sum(out_splits), dtype=torch.uint8, device=device)
+        state._all_to_all(recv, torch.cat(payloads).to(device), out_splits, in_splits,
+                          f"bucket {bucket} chunk all_to_all")
+        mine = list(torch.split(recv, out_splits))
+    summed = torch.stack([_decode(state, pl, x.device) for pl in mine]).sum(0).div_(p)
+    requant = _encode(state, summed, p + rank, bucket * p + rank)
+    state._stats.bytes_sent += (p - 1) * requant.numel()
+    if p == 1:
+        parts = [requant]
+    else:
+        parts = _gather_payloads(state, requant, -1, f"bucket {bucket} mean chunk")
+    mean = torch.cat([_decode(state, pl, x.device) for pl in parts])
+    return mean, own
+
+
+TRANSPORTS.update(allgather=_allgather, scatter_reduce_allgather=_scatter_reduce_allgather)
+
+
+def _completed(tensor: torch.Tensor) -> torch.futures.Future:
+    fut = torch.futures.Future()
+    fut.set_result(tensor)
+    return fut
+
+
+# DDP checks this exact return annotation (a string annotation would be refused).
+def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """DDP communication hook: the mean over ranks of the bucket's QSGD-decoded gradients.
+
+    Parameters
+    ----------
+    state : QSGDState
+    bucket : torch.distributed.GradBucket
+
+    Returns
+    -------
+    torch.futures.Future[Tensor]
+        The averaged flat bucket (written into the bucket's buffer).
+    """
+    buf = bucket.buffer()
+    index = bucket.index()
+    try:
+        if not state._checked:
+            state.check_peers()
+        state._stats.buckets += 1
+        if state.step < state.warmup_steps:
+            state._stats.raw_bytes += buf.numel() * buf.element_size()
+            state._stats.bytes_sent += _ring_allreduce_bytes(buf.numel() * buf.element_size(),
+                                                             state.world_size)
+            if state.world_size > 1:
+                state._all_reduce_mean(buf, f"bucket {index} warm-up allreduce")
+            return _completed(buf)
+        mask, _ = _layout(state, bucket)
+        n_small = int(buf.numel() - int(mask.sum()))
+        if n_small:
+            small = buf[~mask].clone()
+            state._stats.raw_bytes += small.numel() * small.element_size()
+            state._stats.bytes_sent += _ring_allreduce_bytes(small.numel() * small.element_size(),
+                                                             state.world_size)
+            if state.world_size > 1:
+                state._all_reduce_mean(small, f"bucket {index} small-tensor allreduce")
+            buf[~mask] = small
+        if n_small < buf.numel():
+            x = buf[mask].float()
+            if state.error_feedback:
+                res = state.residuals.get(index)
+                if res is not None and res.numel() == x.numel():
+                    x = x + res.to(x.device)
+            mean, own = TRANSPORTS[state.transport](state, x, index)
+            if state.error_feedback:
+                state.residuals[index] = (x - own).detach()
+            buf[mask] = mean.to(buf.dtype)
+        return _completed(buf)
+    finally:
+        if bucket.is_last():
+            state._end_step()
+
+
+def _ring_allreduce_bytes(nbytes: int, p: int) -> int:
+    """Bytes one rank sends in a ring allreduce of ``nbytes``: ``2 (p-1)/p n`` (Patarasuk & Yuan 2009)."""
+    return 0 if p == 1 else int(round(2 * (p - 1) * nbytes / p))
+
+
+__all__ = ["QSGDState", "qsgd_hook", "TRANSPORTS"]
