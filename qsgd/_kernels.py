@@ -63,28 +63,27 @@ def _mix32(h):
 
 
 @njit(**_JIT)
-def _bucket_scale(x, xb, i0, i1, l2):
-    """(scale, finite) of x[i0:i1]: max |x| or the l2 norm (float64 accumulation)."""
+def _bucket_scale(x, xb, i0, i1, l2, scales, scales_u, bk):
+    """Write the scale of x[i0:i1] (max |x|, or the l2 norm summed in float64) to scales[bk];
+    returns (scale, finite). ``scales_u`` is ``scales`` viewed as uint32."""
+    # max of the |x| bit patterns: an integer reduction that vectorizes; for finite floats it
+    # orders like the values, and patterns >= 0x7f800000 are Inf or NaN
     mb = _U32(0)
     for i in range(i0, i1):
         v = _U32(xb[i] & _ABS_MASK)
-        if v > mb:
-            mb = v
+        mb = max(mb, v)
     if mb >= _EXP_ALL_ONES:
+        scales[bk] = 0.0
         return np.float32(0.0), False
     if l2:
         acc = 0.0
         for i in range(i0, i1):
             v = np.float64(x[i])
             acc += v * v
-        return np.float32(np.sqrt(acc)), True
-    # the largest |x| has the largest bit pattern; find it without reinterpreting bits
-    m = np.float32(0.0)
-    for i in range(i0, i1):
-        a = abs(x[i])
-        if a > m:
-            m = a
-    return m, True
+        scales[bk] = np.float32(np.sqrt(acc))
+    else:
+        scales_u[bk] = mb  # the float whose bits these are is max |x|
+    return scales[bk], True
 
 
 @njit(**_JIT)
@@ -123,14 +122,13 @@ def _quantize_into(x, i0, i1, inv, s, k0, k1, bias, out, o0):
 
 
 @njit(**_JIT)
-def _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, levels, bad):
+def _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, scales_u, levels, bad):
     n = x.shape[0]
     i0 = bk * d
     i1 = min(n, i0 + d)
-    scale, finite = _bucket_scale(x, xb, i0, i1, l2)
+    scale, finite = _bucket_scale(x, xb, i0, i1, l2, scales, scales_u, bk)
     if not finite:
         bad[bk] = 1
-        scales[bk] = 0.0
         return
     inv, scale = _inverse(scale, s)
     scales[bk] = scale
@@ -138,20 +136,20 @@ def _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, levels, bad):
 
 
 @njit(**_PJIT)
-def quantize_levels(x, xb, d, s, l2, k0, k1, scales, levels, bad):
+def quantize_levels(x, xb, d, s, l2, k0, k1, scales, scales_u, levels, bad):
     """Signed levels (int8/int16, flat) and fp32 scales of a flat fp32 array ``x``.
 
     ``bad[b] = 1`` for every bucket with a NaN or Inf (its levels are then left unwritten).
     """
     for bk in prange(scales.shape[0]):
-        _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, levels, bad)
+        _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, scales_u, levels, bad)
 
 
 @njit(**_JIT)
-def quantize_levels_serial(x, xb, d, s, l2, k0, k1, scales, levels, bad):
+def quantize_levels_serial(x, xb, d, s, l2, k0, k1, scales, scales_u, levels, bad):
     """:func:`quantize_levels` on one thread (small inputs: no thread wake-up cost)."""
     for bk in range(scales.shape[0]):
-        _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, levels, bad)
+        _quantize_bucket(x, xb, bk, d, s, l2, k0, k1, scales, scales_u, levels, bad)
 
 
 @njit(**_JIT)
@@ -189,7 +187,7 @@ def _pack(buf, m, b, body, pos, acc, nacc):
 
 
 @njit(**_JIT)
-def _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, buf, bad):
+def _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, scales_u, body, buf, bad):
     n = x.shape[0]
     nb = scales.shape[0]
     blk = buf.shape[0]
@@ -201,10 +199,9 @@ def _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, bu
     for bk in range(b0, b1):
         i0 = bk * d
         i1 = min(n, i0 + d)
-        scale, finite = _bucket_scale(x, xb, i0, i1, l2)
+        scale, finite = _bucket_scale(x, xb, i0, i1, l2, scales, scales_u, bk)
         if not finite:
             bad[bk] = 1
-            scale = np.float32(0.0)
         inv, scale = _inverse(scale, s)
         scales[bk] = scale
         j = i0
@@ -218,7 +215,7 @@ def _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, bu
 
 
 @njit(**_PJIT)
-def encode_packed(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch, bad):
+def encode_packed(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, scales_u, body, scratch, bad):
     """Fused quantize + pack: fp32 scales into ``scales``, codes ``level + s`` into ``body``.
 
     ``chunk_buckets * d * b`` must be a multiple of 8 (chunks start on a byte).
@@ -228,15 +225,17 @@ def encode_packed(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scrat
     workers = scratch.shape[0]
     for t in prange(workers):
         for c in range(t, nchunks, workers):
-            _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch[t], bad)
+            _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, scales_u, body,
+                          scratch[t], bad)
 
 
 @njit(**_JIT)
-def encode_packed_serial(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch, bad):
+def encode_packed_serial(x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, scales_u, body, scratch, bad):
     """:func:`encode_packed` on one thread."""
     nchunks = (scales.shape[0] + chunk_buckets - 1) // chunk_buckets
     for c in range(nchunks):
-        _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, body, scratch[0], bad)
+        _encode_chunk(c, x, xb, d, s, b, l2, k0, k1, chunk_buckets, scales, scales_u, body,
+                      scratch[0], bad)
 
 
 @njit(**_JIT)

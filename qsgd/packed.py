@@ -52,9 +52,9 @@ def encode_numba_into(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
     codes = body[4 * nb:]
     bad = np.zeros(nb, dtype=np.uint8)
     kernel = _kernels.encode_packed if n >= _kernels.PARALLEL_MIN else _kernels.encode_packed_serial
-    kernel(x, x.view(np.uint32), d, cfg.levels, cfg.bits, cfg.norm == "l2",
-                           np.uint32(key[0]), np.uint32(key[1]), chunk_buckets(cfg), scales,
-                           codes, _scratch(_workers(n)), bad)
+    kernel(x, x.view(np.uint32), d, cfg.levels, cfg.bits, cfg.norm == "l2", np.uint32(key[0]),
+           np.uint32(key[1]), chunk_buckets(cfg), scales, scales.view(np.uint32), codes,
+           _scratch(_workers(n)), bad)
     if bad.any():
         raise_nonfinite(flat)
 

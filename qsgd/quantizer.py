@@ -178,8 +178,8 @@ def quantize_numba(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int]):
     bad = np.zeros(nb, dtype=np.uint8)
     if n:
         kernel = _kernels.quantize_levels if n >= _kernels.PARALLEL_MIN else _kernels.quantize_levels_serial
-        kernel(x, x.view(np.uint32), d, cfg.levels, cfg.norm == "l2",
-                                 np.uint32(key[0]), np.uint32(key[1]), scales, levels, bad)
+        kernel(x, x.view(np.uint32), d, cfg.levels, cfg.norm == "l2", np.uint32(key[0]),
+               np.uint32(key[1]), scales, scales.view(np.uint32), levels, bad)
         if bad.any():
             raise_nonfinite(flat)
     return torch.from_numpy(levels), torch.from_numpy(scales)
