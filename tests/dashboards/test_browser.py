@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.dashboards.conftest import qsgd_emu
+from tests.dashboards.conftest import ROOT, qsgd_emu
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -181,6 +181,16 @@ def test_validation_report_and_bad_log(server, page, tmp_path):
     assert err["ys"][err["names"].index("allreduce")] == pytest.approx([0.05, -0.05])
     assert "median |error| 5.0%" in page.inner_text("#validation-summary")
 
+    # A real-format nccl-tests log (2 nodes x 8 H100): predicted on the matching cluster.
+    type_into(page, "#validation-topology", "cluster:dgx_h100x2")
+    log = (ROOT / "tests/emulator/data/validation/all_reduce_perf_srun.log").read_bytes()
+    upload(page, "validation-upload", "all_reduce_perf_srun.log", log, "text/plain")
+    fig = wait_figure(page, "validation-scatter",
+                      lambda f: f["names"] == ["allreduce", "y = x"] and len(f["xs"][0]) == 9, 90)
+    assert fig["xs"][0][0] == pytest.approx(98.14e-6)
+    assert all(y > 0 for y in fig["ys"][0])
+    assert "predicted on cluster:dgx_h100x2" in page.inner_text("#validation-summary")
+
     upload(page, "validation-upload", "garbled.log", b"this is not\nan nccl-tests log\n", "text/plain")
     assert "garbled.log" in error_text(page, "validation-error")
     assert server.alive()
@@ -201,7 +211,7 @@ def _wait_for_run(store_path, timeout_s=60.0) -> int:
 
 def test_live_run_points_appear_while_training(server, page):
     cmd = qsgd_emu() + ["train", "--model", "mlp", "--dataset", "digits", "--compression", "qsgd",
-                        "--bits", "4", "--epochs", "3", "--batch-size", "32",
+                        "--bits", "4", "--epochs", "40", "--batch-size", "32",
                         "--store", str(server.store), "--seed", "0"]
     train = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
