@@ -98,26 +98,34 @@ def _inverse(scale, s):
 
 @njit(**_JIT)
 def _quantize_into(x, i0, i1, inv, s, k0, k1, bias, out, o0):
-    """out[o0 + i - i0] = signed level of x[i] + bias, for i in [i0, i1)."""
+    """out[o0 + i - i0] = signed level of x[i] + bias, for i in [i0, i1).
+
+    Written in float32 selects (floor, compare, min, negate) and one conversion at the end,
+    which LLVM vectorizes; integer min/negate on converted values did not vectorize as well.
+    ``floor(a) == float(int(a))`` for ``a >= 0``, as in the torch reference.
+    """
+    sf = np.float32(s)
+    bf = np.float32(bias)
+    one = np.float32(1.0)
+    zero = np.float32(0.0)
     j = i0
     while j < i1:
         hi = j >> 32
         seg = min(i1, (hi + 1) << 32)
         kh = _U32(k1 ^ _mix32(_U32(hi)))
-        for i in range(j, seg):
-            v = x[i]
+        lo0 = _U32(j & 0xFFFFFFFF)
+        base = o0 + j - i0
+        for t in range(seg - j):
+            v = x[j + t]
             a = np.float32(abs(v) * inv)
-            lv = np.int32(a)
-            frac = np.float32(a - np.float32(lv))
-            h = _mix32(_U32(_mix32(_U32(_U32(i & 0xFFFFFFFF) ^ k0)) ^ kh))
+            fl = np.floor(a)
+            frac = np.float32(a - fl)
+            h = _mix32(_U32(_mix32(_U32(_U32(lo0 + _U32(t)) ^ k0)) ^ kh))
             u = np.float32(np.float32(h >> _S8) * _U24)
-            if u < frac:
-                lv += 1
-            if lv > s:
-                lv = s
-            if v < 0:
-                lv = -lv
-            out[o0 + i - i0] = lv + bias
+            lvf = fl + (one if u < frac else zero)
+            lvf = lvf if lvf < sf else sf
+            lvf = -lvf if v < zero else lvf
+            out[base + t] = np.int32(lvf + bf)
         j = seg
 
 
