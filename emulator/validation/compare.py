@@ -10,8 +10,10 @@ The predicted training step composes what the harness measured on its own with w
 emulator predicts for the network, in the order DDP runs them with one gradient bucket:
 ``compute_s`` (forward + backward + optimizer, all ranks computing at once), then for fp32 a
 ring allreduce of the gradients; for QSGD (allgather transport, :func:`qsgd.qsgd_hook`) the
-encode of this rank's payload, a ring allgather of the ``p`` payloads, ``p`` decodes, and a
-ring allreduce of the uncompressed small tensors.
+hook's local work measured without communication (``local_s``: gather the compressed
+elements, encode, ``p`` decodes, average, scatter back; else ``encode_s + p * decode_s``), a
+ring allreduce of the uncompressed small tensors, a ring allgather of the payload sizes and
+one of the ``p`` payloads.
 """
 from __future__ import annotations
 
@@ -180,7 +182,12 @@ def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate")
         need = ("payload_bytes", "encode_s", "decode_s", "raw_numel")
         if any(point.get(k) is None for k in need):
             return None
-        t = compute + point.get("encode_s") + p * point.get("decode_s")
+        local = point.get("local_s")
+        if local is None:
+            local = point.get("encode_s") + p * point.get("decode_s")
+        t = compute + local
+        # the hook all-gathers the payload sizes (two int64 per rank), then the payloads
+        t += predict(G, "allgather", "ring", 16 * p, predictor)
         t += predict(G, "allgather", "ring", p * point.get("payload_bytes"), predictor)
         if point.get("raw_numel"):
             t += predict(G, "allreduce", "ring", 4 * point.get("raw_numel"), predictor)

@@ -242,8 +242,8 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
             qcfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=cfg.bucket_size)
             state = qsgd.QSGDState(qcfg, transport=transport, min_numel=min_numel, seed=cfg.seed)
             ddp.register_comm_hook(state, qsgd.qsgd_hook)
-            enc, dec, payload = _codec_seconds(flat, qcfg, cfg, rank, p, dist)
-            extra.update(payload_bytes=payload, encode_s=enc, decode_s=dec,
+            enc, dec, local, payload = _codec_seconds(flat, qcfg, cfg, rank, p, dist)
+            extra.update(payload_bytes=payload, encode_s=enc, decode_s=dec, local_s=local,
                          levels=qcfg.levels, bucket_size=qcfg.bucket_size)
             bytes_per_step = int((p - 1) * payload + 2 * (p - 1) / p * raw_numel * 4)
         sgd = torch.optim.SGD(ddp.parameters(), lr=1e-3)
@@ -262,23 +262,40 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
 
 
 def _codec_seconds(flat, qcfg, cfg, rank, p, dist):
-    """Median seconds to encode this rank's gradient and decode one payload, all ranks at once."""
+    """Median seconds of the hook's local work per step, all ranks at once (no communication).
+
+    Returns ``(encode_s, decode_s, local_s, payload_bytes)``: one encode, one decode, and the
+    whole local pipeline of :func:`qsgd.qsgd_hook`'s allgather transport: gather the
+    compressed elements out of the bucket, encode, decode ``p`` payloads, average them and
+    scatter the mean back (the decodes here are of this rank's payload: same size, same cost).
+    """
+    import torch
     import qsgd
 
+    bucket = torch.cat([flat, torch.zeros(max(1, flat.numel() // 1000))])
+    mask = torch.zeros(bucket.numel(), dtype=torch.bool)
+    mask[: flat.numel()] = True
     payload = qsgd.encode(flat, qcfg, cfg.seed, rank=rank)
-    enc, dec = [], []
+    qsgd.decode(payload)
+    enc, dec, local = [], [], []
     dist.barrier()
     for i in range(max(3, cfg.train_steps)):
         t0 = time.perf_counter()
-        payload = qsgd.encode(flat, qcfg, cfg.seed, rank=rank, step=i)
+        x = bucket[mask].float()
         t1 = time.perf_counter()
-        qsgd.decode(payload)
+        payload = qsgd.encode(x, qcfg, cfg.seed, rank=rank, step=i)
         t2 = time.perf_counter()
-        enc.append(t1 - t0)
-        dec.append(t2 - t1)
-    enc = _group_max(enc, dist)
-    dec = _group_max(dec, dist)
-    return statistics.median(enc), statistics.median(dec), int(payload.numel())
+        decoded = [qsgd.decode(payload)]
+        t3 = time.perf_counter()
+        decoded += [qsgd.decode(payload) for _ in range(p - 1)]
+        bucket[mask] = torch.stack(decoded).sum(0).div_(p)
+        t4 = time.perf_counter()
+        enc.append(t2 - t1)
+        dec.append(t3 - t2)
+        local.append(t4 - t0)
+    enc, dec, local = (_group_max(v, dist) for v in (enc, dec, local))
+    return (statistics.median(enc), statistics.median(dec), statistics.median(local),
+            int(payload.numel()))
 
 
 def environment(cfg: HarnessConfig) -> dict:
@@ -307,6 +324,20 @@ def environment(cfg: HarnessConfig) -> dict:
     return env
 
 
+def _one_thread_per_rank():
+    """One core's worth per rank (several ranks share a machine's cores here): torch and numba
+    (the QSGD codec) each default to a thread per core, and oversubscribed threads made the
+    codec 4-5x slower on 2 busy cores."""
+    import torch
+
+    torch.set_num_threads(1)
+    try:
+        import numba
+        numba.set_num_threads(1)
+    except (ImportError, ValueError):
+        pass
+
+
 def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | None:
     """Measure on the default process group; returns the trace on rank 0, None elsewhere.
 
@@ -320,7 +351,7 @@ def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | N
         backend = "nccl" if torch.cuda.is_available() else "gloo"
         dist.init_process_group(backend, timeout=datetime.timedelta(seconds=cfg.timeout_s))
     try:
-        torch.set_num_threads(1)    # one core's worth per rank: 2 cores host 4 ranks here
+        _one_thread_per_rank()
         env = environment(cfg)
         points = []
         for op in cfg.ops:

@@ -80,6 +80,7 @@ def _training(p=4, numel=2_000_000, raw=3000, payload=1_010_000):
         G, "allreduce", "ring", 4 * numel), extra=dict(base))
     enc, dec = 0.004, 0.002
     q_s = (0.05 + enc + p * dec + ring_over_star(G, "allgather", "ring", p * payload)
+           + ring_over_star(G, "allgather", "ring", 16 * p)
            + ring_over_star(G, "allreduce", "ring", 4 * raw))
     q = TrainingPoint("mlp", "allgather", 4, iteration_s=q_s * 1.05,
                       extra=dict(base, payload_bytes=payload, encode_s=enc, decode_s=dec))
