@@ -174,3 +174,12 @@ def test_cuda_matches_cpu():
         if cfg.norm == "max":
             assert torch.equal(a.scales, b.scales.cpu())
         assert torch.equal(dequantize(a), dequantize(b).cpu()) or cfg.norm == "l2"
+
+
+def test_public_names_stay_functions_after_submodules_load():
+    # a submodule named like the function it defines would rebind qsgd.<name> to the module
+    import qsgd
+    import qsgd.codec  # noqa: F401  (loads the quantizer submodule)
+
+    assert callable(qsgd.quantize) and callable(qsgd.dequantize) and callable(qsgd.encode)
+    assert qsgd.quantize.__module__ == "qsgd.quantizer"
