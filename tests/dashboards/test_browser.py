@@ -41,8 +41,11 @@ def wait_figure(page, graph_id: str, predicate, timeout_s: float = 60.0) -> dict
     fig = None
     while time.monotonic() < deadline:
         fig = figure(page, graph_id)
-        if fig is not None and predicate(fig):
-            return fig
+        try:
+            if fig is not None and predicate(fig):
+                return fig
+        except (IndexError, KeyError, TypeError, ValueError):
+            pass  # not drawn yet (a placeholder figure has no traces)
         page.wait_for_timeout(250)
     raise AssertionError(f"figure {graph_id} never satisfied the condition; last: {fig}")
 
@@ -226,7 +229,7 @@ def test_live_run_points_appear_while_training(server, page):
         it = wait_figure(page, "live-iteration-s", lambda f: len(f["names"]) == 2, 90)
         assert it["names"] == ["measured", "predicted (emulator)"]
         assert f"run #{run_id}" in page.inner_text("#live-status")
-        out, _ = train.communicate(timeout=120)
+        out, _ = train.communicate(timeout=240)
     finally:
         if train.poll() is None:
             train.kill()
