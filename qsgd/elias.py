@@ -132,11 +132,15 @@ _ERRORS = {
 
 def decode(body: np.ndarray, numel: int, cfg: QSGDConfig) -> torch.Tensor:
     """Flat float32 CPU tensor of an Elias body; PayloadError when the body is inconsistent."""
-    out = np.zeros(numel, dtype=np.float32)
     if numel == 0:
         if body.shape[0]:
             raise PayloadError(f"elias body of an empty tensor must be empty, got {body.shape[0]} bytes")
-        return torch.from_numpy(out)
+        return torch.zeros(0, dtype=torch.float32)
+    nb = -(-numel // cfg.bucket_size)
+    if nb * 33 > body.shape[0] * 8:
+        raise PayloadError(f"elias body of {body.shape[0]} bytes cannot hold {nb} buckets "
+                           f"(at least 33 bits each) of a {numel}-element tensor")
+    out = np.zeros(numel, dtype=np.float32)
     err, bucket, pos = _kernels.elias_decode(body, numel, cfg.bucket_size, cfg.levels, out)
     if err != _kernels.OK:
         msg = _ERRORS[int(err)].format(bucket=int(bucket), pos=int(pos), levels=cfg.levels)

@@ -137,7 +137,9 @@ def test_specific_body_errors():
     bits = lambda s: bytes(int(s.ljust(-(-len(s) // 8) * 8, "0")[i:i + 8], 2) for i in range(0, -(-len(s) // 8) * 8, 8))
     one = "".join(format(v, "08b") for v in scale)
     cases = [
-        (b"", r"ends inside bucket 0"),
+        (b"", r"elias body of 0 bytes cannot hold 1 buckets"),
+        (bits(one) + b"\xc0", r"ends inside bucket 0"),  # two nonzeros, the second cut short
+        (bits(one + "0") + bits("1" * 6), r"ends inside bucket 0|bytes left"),
         (bits(one + "1110100"), r"claims more nonzeros than elements"),  # nnz + 1 = 10
         (bits(one + "100" + "1110010" + "0" + "0"), r"gap in bucket 0 .* runs past the bucket's end"),  # gap 9
         (bits("1" + one[1:] + "0"), r"negative, Inf or NaN scale"),
@@ -149,6 +151,9 @@ def test_specific_body_errors():
     for body, match in cases:
         with pytest.raises(PayloadError, match=match):
             decode(_payload_with_body(cfg, (8,), body))
+    # a header claiming many buckets for a short body is refused before any allocation
+    with pytest.raises(PayloadError, match=r"elias body of 5 bytes cannot hold 2\*\*30 buckets|cannot hold 1073741824 buckets"):
+        decode(_payload_with_body(QSGDConfig(levels=1, bucket_size=1024, codec="elias"), (2**40,), bits(one + "0")))
     # level 6 at s = 5 (omega "101100")
     with pytest.raises(PayloadError, match=r"a level in bucket 0 .* exceeds levels=5"):
         decode(_payload_with_body(QSGDConfig(levels=5, bucket_size=8, codec="elias"), (8,),
