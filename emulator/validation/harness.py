@@ -179,7 +179,7 @@ def build_mlp(width: int, depth: int, in_features: int = 256, classes: int = 10,
     return nn.Sequential(*layers)
 
 
-def _timed_steps(step, warmup, steps, dist):
+def _timed_steps(step, warmup, steps, dist, after=None):
     for _ in range(warmup):
         step()
     local = []
@@ -188,6 +188,8 @@ def _timed_steps(step, warmup, steps, dist):
         t0 = time.perf_counter()
         step()
         local.append(time.perf_counter() - t0)
+        if after is not None:
+            after()
     return _group_max(local, dist)
 
 
@@ -234,6 +236,8 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
         model = build_mlp(cfg.width, cfg.depth, seed=cfg.seed)
         ddp = DDP(model, bucket_cap_mb=cap_mb)
         extra = dict(common)
+        hook_stats = []
+        state = None
         if bits == 32:
             transport = "allreduce"
             bytes_per_step = int(2 * (p - 1) / p * numel * 4)    # ring allreduce, per rank
@@ -252,7 +256,12 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
             sgd.zero_grad(set_to_none=False)
             loss_fn(ddp(x), y).backward()
             sgd.step()
-        samples = _timed_steps(step, cfg.train_warmup, cfg.train_steps, dist)
+        after = (lambda: hook_stats.append(dict(state.last_stats))) if state is not None else None
+        samples = _timed_steps(step, cfg.train_warmup, cfg.train_steps, dist, after)
+        if hook_stats:
+            # the hook's own accounting (diagnostics; the prediction does not use them)
+            for key in ("encode_s", "decode_s", "comm_s"):
+                extra[f"hook_{key}"] = statistics.median(h[key] for h in hook_stats)
         points.append(TrainingPoint(model=f"mlp{cfg.depth}x{cfg.width}", transport=transport,
                                     bits=bits, iteration_s=statistics.median(samples),
                                     samples_s=tuple(samples), bytes_per_step=bytes_per_step,
