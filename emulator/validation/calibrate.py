@@ -53,21 +53,11 @@ def apply_links(G: nx.Graph, params: dict) -> nx.Graph:
 
 
 # -- predictors: (G, op, algorithm, nbytes) -> seconds --------------------------------------
-def _emulator_bytes(op: str, nbytes: int, p: int) -> int:
-    """nccl-tests sizes (allgather: the gathered total) to the emulator's bytes argument."""
-    import emulator
-    convention = getattr(emulator, "BYTES_CONVENTION", None)
-    if convention is not None:
-        return int(convention(op, nbytes, p))
-    return int(nbytes)
-
-
 def _simulate(G, op, algorithm, nbytes) -> float:
     import emulator
-    import topologies
 
-    p = len(topologies.gpus(G))
-    return float(emulator.run_collective(G, op, algorithm, _emulator_bytes(op, nbytes, p)).time_s)
+    # The emulator's sizes follow nccl-tests too (allgather: the gathered total).
+    return float(emulator.run_collective(G, op, algorithm, int(nbytes)).time_s)
 
 
 def _closed_form(G, op, algorithm, nbytes) -> float:
