@@ -117,3 +117,34 @@ def test_validation_summary_and_bad_uploads():
         validation.load_upload(None, None, "switch:4", "ring")
     with pytest.raises(DashboardError, match="not UTF-8"):
         validation.load_upload(_data_url(b"\xff\xfe"), "x.log", "switch:4", "ring")
+
+
+REPORT = {
+    "format": "qsgd-validation-report", "version": 1, "topology": "switch:4",
+    "calibration": {"alpha_s": 1e-4, "bandwidth": 1.2e8, "link": "ethernet",
+                    "fitted_on": [1048576, 16777216]},
+    "points": [{"op": "allreduce", "bytes": 4194304, "measured_s": 0.1, "predicted_s": 0.097,
+                "rel_error": -0.03, "held_out": True},
+               {"op": "allreduce", "bytes": 16777216, "measured_s": 0.4, "predicted_s": 0.42,
+                "rel_error": 0.05, "held_out": True}],
+    "summary": {"median_abs_rel_error": 0.04, "max_abs_rel_error": 0.05, "points": 2},
+}
+
+
+def test_validation_report_upload_is_validated_and_drawn():
+    url = _data_url(json.dumps(REPORT).encode())
+    result = validation.load_upload(url, "r.json", "", "ring")
+    assert [p["bytes"] for p in result["points"]] == [4194304, 16777216]
+    assert result["summary"]["median_abs_rel_error"] == pytest.approx(0.04)
+    scatter, errors = validation.draw(result)
+    assert [t.name for t in scatter.data] == ["allreduce", "y = x"]
+    assert "median |error| 4.0%" in validation.summary_text(result)
+    broken = dict(REPORT, points=[{"op": "allreduce", "bytes": "many"}])
+    with pytest.raises(DashboardError, match=r"validation-upload: 'bad.json': .*points\[0\]"):
+        validation.load_upload(_data_url(json.dumps(broken).encode()), "bad.json", "", "ring")
+
+
+def test_validation_garbled_log_names_the_file_and_the_problem():
+    with pytest.raises(DashboardError, match="'garbled.log' is neither a report, a trace nor an "
+                                             "nccl-tests log: .*no nccl-tests result table"):
+        validation.load_upload(_data_url(b"hello\nworld\n"), "garbled.log", "switch:8", "ring")
