@@ -86,6 +86,16 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
     return params
 
 
+def upload_names(topology_filename: str | None, trace_filename: str | None) -> str:
+    """What is uploaded, shown next to the upload boxes (uploads win over the pickers)."""
+    parts = []
+    if topology_filename:
+        parts.append(f"topology file: {topology_filename}")
+    if trace_filename:
+        parts.append(f"trace: {trace_filename}")
+    return "; ".join(parts) if parts else "no uploads"
+
+
 def rows_csv(rows: list[Mapping[str, Any]]) -> str:
     """Study rows as CSV text (columns in first-seen order)."""
     columns: list[str] = []
@@ -149,6 +159,9 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                                    value=q.get("model", DEFAULTS["model"]))], className="field"),
             dcc.Upload(id="whatif-trace-upload", className="upload",
                        children=html.Div(["or drop a ", html.A("PayloadTrace")])),
+            html.Div([html.Span(id="whatif-upload-names", className="status"),
+                      html.Button("clear uploads", id="whatif-clear-uploads", n_clicks=0)],
+                     className="field"),
             html.Div([label("target device", "whatif-device"),
                       dcc.Dropdown(id="whatif-device", options=opts["device"],
                                    value=q.get("device") or None,
@@ -240,6 +253,19 @@ def register(app, ctx) -> None:
             progress(0, 1, "failed")
             return no_update, str(exc)
         return results, ""
+
+    @app.callback(Output("whatif-upload-names", "children"),
+                  Input("whatif-topology-upload", "filename"),
+                  Input("whatif-trace-upload", "filename"))
+    def _names(topo_name, trace_name):
+        return upload_names(topo_name, trace_name)
+
+    @app.callback(Output("whatif-topology-upload", "contents"),
+                  Output("whatif-topology-upload", "filename"),
+                  Output("whatif-trace-upload", "contents"), Output("whatif-trace-upload", "filename"),
+                  Input("whatif-clear-uploads", "n_clicks"), prevent_initial_call=True)
+    def _clear(_n):
+        return None, None, None, None
 
     @app.callback(Output("whatif-scaling", "figure"), Output("whatif-speedup", "figure"),
                   Output("whatif-breakdown", "figure"), Output("whatif-gantt", "figure"),

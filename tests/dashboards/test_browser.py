@@ -135,6 +135,10 @@ def test_whatif_bad_input_shows_a_message_and_the_server_stays_up(server, page):
     page.click("#whatif-run")
     page.wait_for_function(
         "() => document.getElementById('whatif-error').innerText.includes('is not JSON')")
+    assert "trace: trace.json" in page.inner_text("#whatif-upload-names")
+    page.click("#whatif-clear-uploads")
+    page.wait_for_function(
+        "() => document.getElementById('whatif-upload-names').innerText === 'no uploads'")
     assert server.alive()
 
 
