@@ -8,8 +8,6 @@ worker process to the browser. Only the public APIs of ``topologies``, ``emulato
 """
 from __future__ import annotations
 
-import io
-import json
 import os
 import tempfile
 from typing import Any, Callable, Mapping, Sequence
