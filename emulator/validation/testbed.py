@@ -74,7 +74,7 @@ class TestbedConfig:
     sysctls : tuple of (key, value)
         Set inside every host namespace (see :meth:`Testbed._tune_tcp`).
     shaper : str
-        A key of :data:`SHAPERS`: ``"tbf"`` (token bucket) or ``"htb"`` (htb + fq_codel).
+        A key of :data:`SHAPERS`: ``"tbf"`` (token bucket) or ``"htb"`` (htb + pfifo).
     shape_ingress : bool
         Also shape the bridge port towards each host (the download direction).
     """
@@ -191,17 +191,19 @@ def _tbf(dev: str, cfg: "TestbedConfig") -> list[list[str]]:
 
 
 def _htb(dev: str, cfg: "TestbedConfig") -> list[list[str]]:
-    """An htb class at the rate (tc-htb(8)) with an fq_codel leaf (tc-fq_codel(8)).
+    """An htb class at the rate (tc-htb(8)) with a pfifo leaf holding ``queue_latency_s`` of data.
 
-    fq_codel gives each flow its own queue, so the ACKs of the incoming flow are not stuck
-    behind the outgoing data, and keeps the standing queue near its 5 ms target.
+    (fq_codel would keep ACKs out of the data queue, but this kernel has no sch_fq_codel; pfifo
+    and htb are what it offers besides tbf.)
     """
     bits = f"{int(round(cfg.rate * 8))}bit"
     burst = str(cfg.tbf_burst())
+    packets = max(10, int(cfg.rate * cfg.queue_latency_s / cfg.mtu))
     return [["qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "10"],
             ["class", "add", "dev", dev, "parent", "1:", "classid", "1:10", "htb", "rate", bits,
              "ceil", bits, "burst", burst, "cburst", burst],
-            ["qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "fq_codel"]]
+            ["qdisc", "add", "dev", dev, "parent", "1:10", "handle", "10:", "pfifo",
+             "limit", str(packets)]]
 
 
 #: shaper name -> commands (``tc`` argv tails) that shape ``dev`` at ``cfg.rate``.

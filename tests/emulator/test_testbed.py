@@ -64,17 +64,18 @@ SERVER_CLIENT = textwrap.dedent("""
 """)
 
 
-def test_build_shape_run_and_tear_down():
+@pytest.mark.parametrize("shaper", ["tbf", "htb"])
+def test_build_shape_run_and_tear_down(shaper):
     before_ns, before_links, before_addrs = _namespaces(), _host_links(), _host_addrs()
     rate = 25e6
-    with Testbed(TestbedConfig(hosts=2, rate=rate)) as tb:
+    with Testbed(TestbedConfig(hosts=2, rate=rate, shaper=shaper)) as tb:
         assert set(tb.namespaces) | {tb.bridge} <= _namespaces()
         assert tb.addresses == ["10.213.0.1", "10.213.0.2"]
         # the host's own namespace is untouched: no new links, no new addresses
         assert _host_links() == before_links and _host_addrs() == before_addrs
         qdisc = subprocess.run(["ip", "netns", "exec", tb.namespaces[1], "tc", "qdisc", "show",
                                 "dev", "eth0"], capture_output=True, text=True).stdout
-        assert "tbf" in qdisc and "200Mbit" in qdisc
+        assert shaper in qdisc and ("200Mbit" in qdisc or shaper == "htb")
         # 1.2 s of data at the shaped rate: the receiver sees the rate, not loopback speed
         res = tb.run([sys.executable, "-c", SERVER_CLIENT, str(int(rate * 1.2))], timeout_s=30)
         assert all(r.returncode == 0 for r in res), [r.stderr for r in res]
