@@ -271,7 +271,7 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
 
 
 def _codec_seconds(flat, qcfg, cfg, rank, p, dist):
-    """Median seconds of the hook's local work per step (no communication), one rank at a time.
+    """Median seconds of the hook's local work per step (no communication), all ranks at once.
 
     Returns ``(encode_s, decode_s, local_s, payload_bytes)``: one encode, one decode, and the
     whole local pipeline of :func:`qsgd.qsgd_hook`'s allgather transport: gather the
@@ -304,14 +304,13 @@ def _codec_seconds(flat, qcfg, cfg, rank, p, dist):
         dec.append(t3 - t2)
         local.append(t4 - t0)
 
-    # One rank at a time, the others waiting: on a real cluster every host has its own
-    # cores; measured all at once, 4 ranks on 2 shared cores doubled this work, while in the
-    # step itself it overlaps the other ranks' waits and costs about the uncontended time.
-    for turn in range(p):
-        dist.barrier()
-        if turn == rank:
-            for i in range(max(5, cfg.train_steps)):
-                once(i)
+    # All ranks at once, as in the step (every rank encodes after the same backward and
+    # decodes after the same allgather), so CPU contention is the step's: on the testbed the
+    # hosts share the machine's cores. Measured one rank at a time instead, the prediction of
+    # the QSGD step came out 26-34% short on 4 hosts sharing 2 cores.
+    dist.barrier()
+    for i in range(max(5, cfg.train_steps)):
+        once(i)
     dist.barrier()
     # The slowest rank's typical time: each rank's median, then the max over ranks (the
     # hook's collectives wait for the slowest rank; one-off scheduling spikes of a shared
