@@ -28,7 +28,7 @@ _EXPORTS: dict[str, str] = {
     "build_model": "qsgd.models",
     "BucketSpec": "qsgd.buckets",
     "ddp_buckets": "qsgd.buckets",
-    "measure": "qsgd.measure",
+    "measure": "qsgd.measurement",  # not qsgd.measure: importing it would shadow the function
     "PayloadTrace": "qsgd.trace",
 }
 

@@ -156,3 +156,10 @@ def test_cli_table_and_errors(capsys):
     assert cli.main(["measure", "--model", "mlp", "--bucket-cap", "12XB", "--device", "cpu"]) == 2
     assert cli.main(["measure", "--model", "qsgd.models:MLP", "--input-shape", "3,x", "--device", "cpu"]) == 2
     assert "--input-shape" in capsys.readouterr().err
+
+
+def test_public_name_is_the_function_even_after_importing_the_module():
+    import qsgd.measurement  # noqa: F401
+
+    assert callable(qsgd.measure) and qsgd.measure.__name__ == "measure"
+    assert "measure" in qsgd.__all__ and "PayloadTrace" in qsgd.__all__

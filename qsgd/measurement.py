@@ -1,5 +1,8 @@
 """Measure what QSGD really sends for a real model: real gradients, real codec, per DDP bucket.
 
+(The module is not named ``qsgd.measure``: importing a submodule of that name would replace the
+package attribute ``qsgd.measure``, the function, by the module.)
+
 Each iteration is a real training step on synthetic data (forward, backward, SGD step) with
 per-parameter post-accumulate hooks that time when each gradient is ready during backward; then
 every bucket's real gradient is laid out as in DDP's bucket buffer and really encoded and decoded
