@@ -7,3 +7,10 @@ class DashboardError(ValueError):
 
     Callbacks turn it into a message on the page; the server stays up.
     """
+
+
+class UnavailableError(RuntimeError):
+    """A part of the project a page needs (an emulator or qsgd name) is not installed or broken.
+
+    The page shows the message and the rest of the dashboard keeps working.
+    """

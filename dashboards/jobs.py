@@ -8,17 +8,31 @@ worker process to the browser. Only the public APIs of ``topologies``, ``emulato
 """
 from __future__ import annotations
 
+import importlib
 import os
 import tempfile
 from typing import Any, Callable, Mapping, Sequence
 
-from dashboards.errors import DashboardError
+from dashboards.errors import DashboardError, UnavailableError
 
 Progress = Callable[[int, int, str], None]
 
 
 def _no_progress(done: int, total: int, text: str) -> None:
     pass
+
+
+def api(module: str, name: str):
+    """``module.name`` from a package's public API, or :class:`UnavailableError` saying why.
+
+    The packages load their names lazily; a missing or broken part then surfaces here, as a
+    message on the one page that needs it, not as a dashboard that does not start.
+    """
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as exc:
+        raise UnavailableError(f"{module}.{name} is not available in this installation "
+                               f"({type(exc).__name__}: {exc})") from None
 
 
 # --- topologies ----------------------------------------------------------------------
@@ -141,13 +155,11 @@ def _layered(G) -> dict[str, list[float]]:
 def simulate_job(spec: str | None, upload: Mapping[str, Any] | None, op: str, algorithm: str,
                  nbytes: int, progress: Progress = _no_progress) -> dict:
     """One collective on the topology: ``CollectiveResult.to_dict()`` plus what was asked."""
-    import emulator
-
     progress(0, 2, "building the topology")
     G = build_topology(spec, upload)
     progress(1, 2, f"simulating {op}/{algorithm} of {nbytes} bytes")
     try:
-        result = emulator.run_collective(G, op, algorithm, nbytes)
+        result = api("emulator", "run_collective")(G, op, algorithm, nbytes)
     except ValueError as exc:
         raise DashboardError(f"simulation: {exc}") from None
     out = result.to_dict()
@@ -217,7 +229,6 @@ def predict_points(collectives: Sequence[Mapping[str, Any]], spec: str, algorith
     for allgather and reduce-scatter; ``emulator.run_collective`` takes the same convention.
     The collective runs over the first ``world_size`` GPUs (all of them by default).
     """
-    import emulator
     import topologies
 
     G = build_topology(spec)
@@ -235,7 +246,7 @@ def predict_points(collectives: Sequence[Mapping[str, Any]], spec: str, algorith
         key = (op, algorithm, nbytes)
         if key not in cache:
             try:
-                cache[key] = float(emulator.run_collective(G, op, algorithm, nbytes,
+                cache[key] = float(api("emulator", "run_collective")(G, op, algorithm, nbytes,
                                                            ranks=ranks).time_s)
             except ValueError as exc:
                 raise DashboardError(f"validation: cannot predict {op} of {nbytes} bytes with "
@@ -270,9 +281,7 @@ def stored_report_points(store_path: str | None, result_id: int) -> list[dict]:
 
 def qsgd_transports() -> list[str]:
     """The emulator's compressed transports (``fp32``/``fp16`` are the bit widths 32 and 16)."""
-    import emulator
-
-    return sorted(t for t in emulator.TRANSPORTS if t not in ("fp32", "fp16"))
+    return sorted(t for t in api("emulator", "TRANSPORTS") if t not in ("fp32", "fp16"))
 
 
 def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size: int) -> str | None:
@@ -337,11 +346,9 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     ``cache_dir``). The Gantt chart is the replay of the best QSGD configuration (fastest
     iteration) at the largest world size, or fp32 when no QSGD width was picked.
     """
-    import emulator
-
     trace = workload(params, progress)
     spec = _topology_spec(params)
-    config = emulator.StudyConfig(
+    config = api("emulator", "StudyConfig")(
         world_sizes=tuple(params["world_sizes"]), bits=tuple(params["bits"]),
         transports=tuple(params["transports"]), topologies=(spec,), trace=trace,
         device=params.get("device"))
@@ -352,7 +359,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
         progress(int(done), total[0], f"study: {int(done)} of {total[0]} configurations")
 
     try:
-        rows = emulator.run_study(config, progress=on_progress)
+        rows = api("emulator", "run_study")(config, progress=on_progress)
     except ValueError as exc:
         raise DashboardError(f"study: {exc}") from None
     rows = [dict(r) for r in rows]
@@ -361,7 +368,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     gantt = None
     if best is not None:
         progress(total[0], total[0], "timeline of one iteration")
-        gantt = emulator.replay(trace, best_graph(spec, best["world_size"]),
+        gantt = api("emulator", "replay")(trace, best_graph(spec, best["world_size"]),
                                 transport=best["transport"], world_size=best["world_size"]).to_dict()
         gantt["label"] = f"{best['transport']} {best.get('bits')}-bit at {best['world_size']} GPUs"
     return {"rows": rows, "gantt": gantt,

@@ -28,9 +28,7 @@ LAYOUTS = ("auto", "layered", "spring", "circular")
 
 def algorithm_options(op: str | None) -> list[str]:
     """Algorithms the emulator knows for ``op`` (from ``emulator.ALGORITHMS``)."""
-    import emulator
-
-    return sorted({alg for (o, alg) in emulator.ALGORITHMS if o == op})
+    return sorted({alg for (o, alg) in jobs.api("emulator", "ALGORITHMS") if o == op})
 
 
 def load_graph(spec: str | None, contents: str | None, filename: str | None, method: str,
@@ -124,7 +122,10 @@ def register(app, ctx) -> None:
     @app.callback(Output("topology-algorithm", "options"), Output("topology-algorithm", "value"),
                   Input("topology-op", "value"), State("topology-algorithm", "value"))
     def _algorithms(op, current):
-        options = algorithm_options(op)
+        try:
+            options = algorithm_options(op)
+        except RuntimeError:
+            options = []  # the Simulate button then says what is missing
         value = current if current in options else (options[0] if options else None)
         return options, value
 

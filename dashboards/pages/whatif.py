@@ -123,21 +123,25 @@ def draw(results: Mapping[str, Any] | None, metric: str) -> tuple:
             figures.gantt_figure(gantt) if gantt else figures.message_figure("no timeline"))
 
 
-def _options(ctx) -> dict[str, list]:
-    import emulator
-    import qsgd
+def _options(ctx) -> tuple[dict[str, list], str]:
+    """Choices of the form, and a message when a part of the project they come from is missing."""
     import topologies
 
-    return {
-        "topology": sorted(topologies.PRESETS),
-        "model": sorted(qsgd.MODELS),
-        "transports": jobs.qsgd_transports(),
-        "device": sorted(emulator.DEVICES),
-    }
+    opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": []}
+    problems = []
+    for key, (module, name) in {"model": ("qsgd", "MODELS"), "device": ("emulator", "DEVICES"),
+                                "transports": ("emulator", "TRANSPORTS")}.items():
+        try:
+            names = jobs.api(module, name)
+        except RuntimeError as exc:
+            problems.append(str(exc))
+            continue
+        opts[key] = jobs.qsgd_transports() if key == "transports" else sorted(names)
+    return opts, "; ".join(problems)
 
 
 def layout(query: Mapping[str, str], ctx) -> Any:
-    opts = _options(ctx)
+    opts, problem = _options(ctx)
     q = forms.from_query(query)
     transports_default = opts["transports"]
     bits = forms.query_list(q, "bits", DEFAULTS["bits"], int)
@@ -190,7 +194,8 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             html.Button("Download JSON", id="whatif-download-json", n_clicks=0),
             dcc.Download(id="whatif-download"),
         ], className="row"),
-        html.Div(id="whatif-error", className="error"),
+        html.Div(problem and f"What-if studies are unavailable: {problem}", id="whatif-error",
+                 className="error"),
         dcc.Store(id="whatif-results"),
         # A token per rendered page: Dash keys background jobs by their inputs, so two tabs
         # running the same study would otherwise share (and steal) one job's result.
