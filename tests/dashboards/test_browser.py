@@ -158,7 +158,12 @@ def test_topology_graph_simulation_colours_links(server, page):
         return el.data.find(t => t.name === 'links').text; }""")
     assert len(hover) == 48 and all("bandwidth" in h and "latency" in h and "bytes" in h
                                     for h in hover)
-    # A bad spec: a message, the old figure kept, the server up.
+
+
+def test_topology_bad_spec_and_upload_show_messages(server, page):
+    page.goto(f"{server.url}/topology?spec=ring:4")
+    wait_figure(page, "topology-graph", lambda f: "gpu" in f["names"])
+    # A bad spec: a message, the server up.
     type_into(page, "#topology-spec", "fat_tree:k=banana")
     assert "fat_tree:k=banana" in error_text(page, "topology-error")
     upload(page, "topology-upload", "broken.json", b'{"format": "qsgd-topology"}')
@@ -189,7 +194,14 @@ def test_validation_report_and_bad_log(server, page, tmp_path):
     assert err["ys"][err["names"].index("allreduce")] == pytest.approx([0.05, -0.05])
     assert "median |error| 5.0%" in page.inner_text("#validation-summary")
 
+    upload(page, "validation-upload", "garbled.log", b"this is not\nan nccl-tests log\n", "text/plain")
+    assert "garbled.log" in error_text(page, "validation-error")
+    assert server.alive()
+
+
+def test_validation_nccl_tests_log_is_predicted(server, page):
     # A real-format nccl-tests log (2 nodes x 8 H100): predicted on the matching cluster.
+    page.goto(f"{server.url}/validation")
     type_into(page, "#validation-topology", "cluster:dgx_h100x2")
     log = (ROOT / "tests/emulator/data/validation/all_reduce_perf_srun.log").read_bytes()
     upload(page, "validation-upload", "all_reduce_perf_srun.log", log, "text/plain")
@@ -198,10 +210,6 @@ def test_validation_report_and_bad_log(server, page, tmp_path):
     assert fig["xs"][0][0] == pytest.approx(98.14e-6)
     assert all(y > 0 for y in fig["ys"][0])
     assert "predicted on cluster:dgx_h100x2" in page.inner_text("#validation-summary")
-
-    upload(page, "validation-upload", "garbled.log", b"this is not\nan nccl-tests log\n", "text/plain")
-    assert "garbled.log" in error_text(page, "validation-error")
-    assert server.alive()
 
 
 def _wait_for_run(store_path, timeout_s=60.0) -> int:
