@@ -1,0 +1,37 @@
+"""``qsgd-emu demo`` (the README's ``make run``): the main job end to end on embedded defaults.
+
+Measures a small default model on this machine (ResNet-50 at batch 2 on CPU, real forward,
+backward and QSGD codec), replays it over cluster presets (DGX A100 nodes on InfiniBand and
+the paper's p2.16xlarge K80 boxes) at 8..512 GPUs for fp32, fp16 and QSGD at 8/4/2 bits over
+both transports, writes out/demo/{study.csv,study.json,report.html,trace.json} and prints the
+summary table.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from emulator.commands import study as study_cmd
+
+DEFAULT_TOPOLOGIES = ("cluster:dgx_a100x{N}", "cluster:p2_16xlargex{N}")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default="resnet50", help="model to measure (default resnet50)")
+    parser.add_argument("--trace", metavar="PATH", help="skip measuring: use this PayloadTrace")
+    study_cmd.add_arguments(parser, demo=True)
+    parser.set_defaults(world_sizes=(8, 32, 128, 512))
+
+
+def run(args) -> int:
+    import qsgd
+
+    if args.topology is None:
+        args.topology = list(DEFAULT_TOPOLOGIES)
+    if args.trace:
+        trace = qsgd.PayloadTrace.load(args.trace)
+    else:
+        trace = study_cmd.measure_trace(args.model, args.measure_bits, args.batch_size, args.iterations)
+        os.makedirs(args.out, exist_ok=True)
+        trace.save(os.path.join(args.out, "trace.json"))
+    return study_cmd.run_with(args, trace)

@@ -1,0 +1,309 @@
+"""Replay one training iteration of a measured model over a simulated cluster (:func:`emulator.replay`).
+
+Named ``replaying`` so that importing it does not shadow the public function ``emulator.replay``.
+
+The model of an iteration (as PyTorch DDP with NCCL runs it):
+
+1. forward (``forward_s``);
+2. backward; bucket ``k`` becomes ready ``ready_s[k]`` seconds into backward (measured);
+3. one communication stream: buckets are reduced strictly in order, each one
+   encode -> collective -> decode, starting when it is ready and the stream is free; this
+   overlaps the rest of backward (NCCL runs collectives on one stream per communicator,
+   Li et al., "PyTorch Distributed", VLDB 2020, Section 3.2.3);
+4. the optimizer step once backward and the last bucket are done.
+
+Each bucket's collective is simulated by the emulator (:func:`emulator.build_schedule` and
+:func:`emulator.simulate` on the graph); results are cached per (op, algorithm, bytes,
+payloads) since buckets of equal size repeat. Small tensors that QSGD sends uncompressed
+(the paper's rule, Alistarh et al. 2017, Section 5) go as a separate fp32 ring allreduce in the
+same stream after the bucket's compressed payload.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+from emulator.compute import ComputeModel
+from emulator.errors import ConfigError
+
+FP32_BYTES = 4
+
+
+# ---------------------------------------------------------------- transports
+@dataclass(frozen=True)
+class Transport:
+    """How a bucket's gradient travels.
+
+    Parameters
+    ----------
+    name : str
+        Key in :data:`TRANSPORTS`.
+    compressed : bool
+        Whether the bucket is QSGD-encoded (encode/decode seconds count; raw small tensors
+        go separately as fp32).
+    bytes_per_element : int or None
+        Wire bytes per element of an uncompressed allreduce (4 fp32, 2 fp16).
+    algorithm : str or None
+        The emulator's algorithm name of a compressed transport.
+    description : str
+    """
+
+    name: str
+    compressed: bool
+    bytes_per_element: int | None
+    algorithm: str | None
+    description: str
+
+
+#: Transports a bucket can be sent with.
+TRANSPORTS: dict[str, Transport] = {
+    "fp32": Transport("fp32", False, 4, None, "fp32 allreduce (DDP's default)"),
+    "fp16": Transport("fp16", False, 2, None, "fp16 allreduce (DDP's fp16_compress_hook)"),
+    "qsgd_allgather": Transport(
+        "qsgd_allgather", True, None, "qsgd_allgather",
+        "each rank all-gathers its QSGD payload, every rank decodes and sums all (the paper's scheme)"),
+    "qsgd_scatter_reduce_allgather": Transport(
+        "qsgd_scatter_reduce_allgather", True, None, "qsgd_scatter_reduce_allgather",
+        "ranks quantize the chunk each owner reduces, owners decode, sum, requantize, all-gather"),
+}
+
+
+# ---------------------------------------------------------------- results
+@dataclass(frozen=True)
+class BucketTimeline:
+    """One bucket in the predicted iteration (seconds from the start of the iteration)."""
+
+    index: int
+    ready_s: float
+    start_s: float
+    encode_end: float
+    comm_end: float
+    end_s: float
+    wire_bytes: int
+    comm_s: float
+    source: str
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted time of one training iteration (seconds) and its breakdown.
+
+    ``exposed_comm_s`` is the part of the iteration not covered by compute:
+    ``iteration_s - compute_s`` (it includes encode/decode on the communication stream when
+    they are not hidden behind backward). ``encode_decode_s`` is the total codec time of all
+    buckets (hidden or not). ``bytes_per_gpu`` is the mean bytes each GPU sends per iteration.
+    """
+
+    iteration_s: float
+    compute_s: float
+    exposed_comm_s: float
+    encode_decode_s: float
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    bytes_per_gpu: float
+    transport: str
+    bits: int
+    world_size: int
+    algorithm: str
+    topology: str
+    source: str
+    buckets: tuple[BucketTimeline, ...] = field(repr=False)
+
+    @property
+    def comm_s(self) -> float:
+        """Sum of the buckets' collective seconds (exposed or overlapped)."""
+        return sum(b.comm_s for b in self.buckets)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["buckets"] = [asdict(b) for b in self.buckets]
+        d["comm_s"] = self.comm_s
+        return d
+
+
+# ---------------------------------------------------------------- the network
+class Network:
+    """Collective seconds and bytes on graph ``G`` over ranks ``0..world_size-1``, cached.
+
+    Parameters
+    ----------
+    G : networkx.Graph
+        Topology (see :mod:`topologies`).
+    world_size : int or None
+        GPUs taking part (the first ``world_size`` ranks); None: all GPUs of ``G``.
+    algorithm : str
+        The emulator's allreduce algorithm for fp32/fp16 ("ring", "tree", ...).
+    """
+
+    def __init__(self, G, world_size: int | None = None, algorithm: str = "ring"):
+        import topologies
+
+        n = len(topologies.gpus(G))
+        if world_size is None:
+            world_size = n
+        if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= n:
+            raise ConfigError(f"world_size must be an int in [1, {n}] (GPUs of the topology), "
+                              f"got {world_size!r}")
+        if not isinstance(algorithm, str) or not algorithm:
+            raise ConfigError(f"algorithm must be a non-empty string, got {algorithm!r}")
+        self.G, self.world_size, self.algorithm = G, world_size, algorithm
+        self.name = str(G.graph.get("name", "custom"))
+        self._cache: dict = {}
+
+    def collective(self, op: str, algorithm: str, nbytes: int, payload_bytes=None) -> tuple[float, float]:
+        """``(seconds, mean bytes sent per GPU)`` of one collective (0, 0 on one rank)."""
+        if self.world_size == 1 or nbytes == 0:
+            return 0.0, 0.0
+        key = (op, algorithm, int(nbytes), None if payload_bytes is None else tuple(payload_bytes))
+        hit = self._cache.get(key)
+        if hit is None:
+            import emulator
+
+            sched = emulator.build_schedule(op, algorithm, list(range(self.world_size)), int(nbytes),
+                                            graph=self.G, payload_bytes=payload_bytes)
+            res = emulator.simulate(self.G, sched)
+            hit = self._cache[key] = (float(res.time_s), float(sched.total_bytes) / self.world_size)
+        return hit
+
+    def op_of(self, algorithm: str) -> str:
+        """The op under which the emulator registers ``algorithm`` (compressed transports)."""
+        import emulator
+
+        ops = sorted({op for op, alg in emulator.ALGORITHMS if alg == algorithm})
+        if not ops:
+            raise ConfigError(f"the emulator has no algorithm {algorithm!r}")
+        return "allreduce" if "allreduce" in ops else ops[0]
+
+
+# ---------------------------------------------------------------- per-bucket sizes
+def _qsgd_config(trace, bits: int | None):
+    """The QSGD config to replay at: the trace's, or the packed codec at ``bits``."""
+    import qsgd
+
+    cfg = trace.config
+    if bits is None or bits == cfg.bits:
+        return cfg, "measured payloads"
+    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
+        raise ConfigError(f"bits must be an int in [2, 16] for a QSGD transport, got {bits!r}")
+    new = qsgd.QSGDConfig.from_bits(bits, bucket_size=cfg.bucket_size, norm=cfg.norm, codec="packed")
+    return new, (f"packed payload sizes at {bits} bits (exact, qsgd.payload_nbytes); "
+                 f"encode/decode scaled by bytes from {cfg.bits}-bit measurements")
+
+
+def _bucket_payload(trace, k: int, cfg) -> tuple[float, float, float]:
+    """``(payload bytes, encode_s, decode_s)`` of bucket ``k`` (measured means, or rescaled)."""
+    import qsgd
+
+    b = trace.buckets[k]
+    measured = trace.mean_payload_bytes(k)
+    enc, dec = trace.mean_encode_s(k), trace.mean_decode_s(k)
+    if cfg is trace.config or b.compressed_numel == 0:
+        return measured, enc, dec
+    payload = float(qsgd.payload_nbytes(b.compressed_numel, cfg))
+    ratio = payload / measured if measured > 0 else 1.0
+    return payload, enc * ratio, dec * ratio
+
+
+def _chunk_payloads(payload: float, numel: int, p: int) -> list[int]:
+    """Per-chunk payload bytes when a payload of ``numel`` elements is split in ``p`` chunks."""
+    base, extra = divmod(numel, p)
+    sizes = [base + (1 if c < extra else 0) for c in range(p)]
+    return [max(1, math.ceil(payload * s / numel)) if s else 0 for s in sizes]
+
+
+# ---------------------------------------------------------------- replay
+def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
+           compute: ComputeModel | None = None, algorithm: str = "ring", bits: int | None = None,
+           network: Network | None = None) -> Prediction:
+    """Predict one training iteration of ``trace``'s model on topology ``G``.
+
+    Parameters
+    ----------
+    trace : qsgd.PayloadTrace
+        Measured payloads and timings (means over its iterations are replayed).
+    G : networkx.Graph
+        Topology; ignored when ``network`` is given.
+    transport : str
+        Key of :data:`TRANSPORTS`.
+    world_size : int, optional
+        GPUs training (the first ``world_size`` ranks of ``G``); default all.
+    compute : ComputeModel, optional
+        Compute seconds; default the measured ones.
+    algorithm : str
+        Allreduce algorithm for fp32/fp16 and the raw small tensors.
+    bits : int, optional
+        QSGD bits per coordinate; default the trace's. Other widths use the packed codec's
+        exact payload size and encode/decode seconds scaled by bytes (``source`` says so).
+    network : Network, optional
+        A :class:`Network` to reuse (its cache) across calls; overrides ``G``, ``world_size``
+        and ``algorithm``.
+
+    Returns
+    -------
+    Prediction
+    """
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport must be one of {sorted(TRANSPORTS)}, got {transport!r}")
+    t = TRANSPORTS[transport]
+    compute = ComputeModel() if compute is None else compute
+    if not isinstance(compute, ComputeModel):
+        raise ConfigError(f"compute must be a ComputeModel, got {type(compute).__name__}")
+    net = network if network is not None else Network(G, world_size, algorithm)
+    p = net.world_size
+    fwd, bwd, opt, ready_scale = compute.phases(trace)
+
+    if t.compressed:
+        cfg, source = _qsgd_config(trace, bits)
+        used_bits = cfg.bits
+        op = net.op_of(t.algorithm)
+    else:
+        if bits is not None and bits != 8 * t.bytes_per_element:
+            raise ConfigError(f"bits={bits!r} does not fit transport {transport!r} "
+                              f"({8 * t.bytes_per_element} bits)")
+        cfg, source, used_bits = None, "dense allreduce", 8 * t.bytes_per_element
+
+    stream_free = 0.0
+    timeline, codec_total, bytes_total = [], 0.0, 0.0
+    for k, b in enumerate(trace.buckets):
+        ready = fwd + trace.mean_ready_s(k) * ready_scale
+        start = max(ready, stream_free)
+        if t.compressed:
+            payload, enc, dec = _bucket_payload(trace, k, cfg)
+            enc, dec = compute.codec_seconds(enc), compute.codec_seconds(dec)
+            comm, sent = 0.0, 0.0
+            wire = 0
+            if b.compressed_numel:
+                wire += round(payload)
+                if t.algorithm == "qsgd_allgather":
+                    sizes = [round(payload)] * p
+                else:
+                    sizes = _chunk_payloads(payload, b.compressed_numel, p)
+                c, s = net.collective(op, t.algorithm, FP32_BYTES * b.compressed_numel, sizes)
+                comm, sent = comm + c, sent + s
+            else:
+                enc = dec = 0.0
+            if b.raw_numel:
+                wire += FP32_BYTES * b.raw_numel
+                c, s = net.collective("allreduce", net.algorithm, FP32_BYTES * b.raw_numel)
+                comm, sent = comm + c, sent + s
+        else:
+            enc = dec = 0.0
+            wire = t.bytes_per_element * b.numel
+            comm, sent = net.collective("allreduce", net.algorithm, wire)
+        enc_end = start + enc
+        comm_end = enc_end + comm
+        end = comm_end + dec
+        stream_free = end
+        codec_total += enc + dec
+        bytes_total += sent
+        timeline.append(BucketTimeline(k, ready, start, enc_end, comm_end, end, int(wire), comm, source))
+
+    compute_s = fwd + bwd + opt
+    iteration = max(fwd + bwd, stream_free) + opt
+    return Prediction(
+        iteration_s=iteration, compute_s=compute_s, exposed_comm_s=max(0.0, iteration - compute_s),
+        encode_decode_s=codec_total, forward_s=fwd, backward_s=bwd, optimizer_s=opt,
+        bytes_per_gpu=bytes_total, transport=transport, bits=used_bits, world_size=p,
+        algorithm=net.algorithm, topology=net.name, source=source, buckets=tuple(timeline))
