@@ -36,9 +36,9 @@ _EXPORTS: dict[str, str] = {
     # replay and studies
     "ComputeModel": "emulator.compute",
     "DEVICES": "emulator.compute",
-    "replay": "emulator.replay",
-    "Prediction": "emulator.replay",
-    "TRANSPORTS": "emulator.replay",
+    "replay": "emulator.replaying",
+    "Prediction": "emulator.replaying",
+    "TRANSPORTS": "emulator.replaying",
     "StudyConfig": "emulator.study",
     "run_study": "emulator.study",
     "write_report": "emulator.report",
