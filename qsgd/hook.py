@@ -121,7 +121,8 @@ class QSGDState:
         self.last_stats: dict = _StepStats().as_dict()
         self._stats = _StepStats()
         self._checked = False
-        self._layouts: dict[int, tuple[torch.Tensor, int]] = {}
+        self._layouts: dict[tuple, tuple] = {}
+        self._param_keys: dict[int, int] = {}
 
     # --- identity and checkpoints --------------------------------------------------------
 
@@ -234,24 +235,43 @@ def _group_device(group) -> torch.device:
     return torch.device("cpu")
 
 
-def _layout(state: QSGDState, bucket) -> tuple[torch.Tensor, int]:
-    """Mask of the bucket's elements that are QSGD-compressed (params >= min_numel)."""
-    index = bucket.index()
+def _param_key(state: QSGDState, p: torch.Tensor) -> int:
+    # Parameters are numbered in the order the hook first meets them. A fresh DDP's first
+    # iteration always uses the same bucket layout (reverse parameter order), so the numbering,
+    # and with it the residuals of a checkpoint, carry over to a new process.
+    key = state._param_keys.get(id(p))
+    if key is None:
+        key = state._param_keys[id(p)] = len(state._param_keys)
+    return key
+
+
+def _layout(state: QSGDState, bucket) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
+    """Where the bucket's compressed and raw elements are in its buffer.
+
+    Returns ``(compressed_index, raw_index, keys, numels)``: buffer positions of the elements of
+    parameters with >= ``min_numel`` elements, laid out parameter by parameter in key order,
+    the positions of the others, and the compressed parameters' keys and sizes in that order.
+    The canonical order makes the payload (its scale buckets and random streams) independent
+    of DDP's bucket rebuild after the first iteration, which reorders a bucket's parameters;
+    so a resumed run quantizes exactly as the uninterrupted one.
+    """
     buf = bucket.buffer()
-    cached = state._layouts.get(index)
-    if cached is not None and cached[1] == buf.numel():
-        return cached
-    mask = torch.zeros(buf.numel(), dtype=torch.bool)
-    offset = 0
-    for p in bucket.parameters():
-        n = p.numel()
-        if n >= state.min_numel:
-            mask[offset: offset + n] = True
-        offset += n
-    if offset != buf.numel():
-        raise HookError(f"bucket {index}: parameters hold {offset} elements but the buffer {buf.numel()}")
-    state._layouts[index] = (mask.to(buf.device), buf.numel())
-    return state._layouts[index]
+    params = bucket.parameters()
+    keys = tuple(_param_key(state, p) for p in params)
+    cached = state._layouts.get(keys)
+    if cached is None:
+        numels = [p.numel() for p in params]
+        if sum(numels) != buf.numel():
+            raise HookError(f"bucket {bucket.index()}: parameters hold {sum(numels)} elements but "
+                            f"the buffer {buf.numel()}")
+        offsets = [sum(numels[:i]) for i in range(len(numels))]
+        big = sorted((k, o, n) for k, o, n in zip(keys, offsets, numels) if n >= state.min_numel)
+        small = [(o, n) for o, n in zip(offsets, numels) if n < state.min_numel]
+        cidx = torch.cat([torch.arange(o, o + n) for _, o, n in big]) if big else torch.empty(0, dtype=torch.long)
+        ridx = torch.cat([torch.arange(o, o + n) for o, n in small]) if small else torch.empty(0, dtype=torch.long)
+        cached = state._layouts[keys] = (cidx.to(buf.device), ridx.to(buf.device),
+                                         [k for k, _, _ in big], [n for _, _, n in big])
+    return cached
 
 
 def _encode(state: QSGDState, x: torch.Tensor, rank: int, bucket: int) -> torch.Tensor:
@@ -360,6 +380,8 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
         if not state._checked:
             state.check_peers()
         state._stats.buckets += 1
+        # Number the parameters on the very first call, warm-up included (see _param_key).
+        cidx, ridx, ckeys, cnumels = _layout(state, bucket)
         if state.step < state.warmup_steps:
             state._stats.raw_bytes += buf.numel() * buf.element_size()
             state._stats.bytes_sent += _ring_allreduce_bytes(buf.numel() * buf.element_size(),
@@ -367,26 +389,24 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
             if state.world_size > 1:
                 state._all_reduce_mean(buf, f"bucket {index} warm-up allreduce")
             return _completed(buf)
-        mask, _ = _layout(state, bucket)
-        n_small = int(buf.numel() - int(mask.sum()))
-        if n_small:
-            small = buf[~mask].clone()
+        if ridx.numel():
+            small = buf[ridx]
             state._stats.raw_bytes += small.numel() * small.element_size()
             state._stats.bytes_sent += _ring_allreduce_bytes(small.numel() * small.element_size(),
                                                              state.world_size)
             if state.world_size > 1:
                 state._all_reduce_mean(small, f"bucket {index} small-tensor allreduce")
-            buf[~mask] = small
-        if n_small < buf.numel():
-            x = buf[mask].float()
-            if state.error_feedback:
-                res = state.residuals.get(index)
-                if res is not None and res.numel() == x.numel():
-                    x = x + res.to(x.device)
+            buf[ridx] = small
+        if cidx.numel():
+            x = buf[cidx].float()
+            if state.error_feedback and all(k in state.residuals for k in ckeys):
+                x = x + torch.cat([state.residuals[k].to(x.device) for k in ckeys])
             mean, own = TRANSPORTS[state.transport](state, x, index)
             if state.error_feedback:
-                state.residuals[index] = (x - own).detach()
-            buf[mask] = mean.to(buf.dtype)
+                # Kept per parameter (not per bucket) so that a rebuilt bucket layout still matches.
+                for k, r in zip(ckeys, torch.split((x - own).detach(), cnumels)):
+                    state.residuals[k] = r
+            buf[cidx] = mean.to(buf.dtype)
         return _completed(buf)
     finally:
         if bucket.is_last():
