@@ -1,0 +1,105 @@
+"""Collective algorithms as pure functions: (ranks, bytes) -> a :class:`Schedule` of transfers.
+
+No SimPy here: a schedule says who sends how many bytes to whom after what; the engine
+(:mod:`emulator.engine`) decides when, over which links, at what rate.
+
+Sizes follow nccl-tests: ``nbytes`` is the message per rank for allreduce, broadcast and
+all-to-all, and the total gathered (scattered) bytes for allgather and reduce-scatter.
+"""
+from __future__ import annotations
+
+import numbers
+
+from ..errors import ConfigError
+from . import compressed, direct, hierarchical, rhd, ring, tree
+from ._schedule import Builder, Schedule, Transfer, check_ranks, split
+
+__all__ = ["Transfer", "Schedule", "ALGORITHMS", "OPS", "build_schedule", "busbw_factor", "split"]
+
+#: (op, algorithm) -> builder(ranks, nbytes, *, chunks, graph, payload_bytes) -> Schedule
+ALGORITHMS = {
+    ("allreduce", "ring"): ring.allreduce,
+    ("allreduce", "tree"): tree.allreduce,
+    ("allreduce", "rhd"): rhd.allreduce,
+    ("allreduce", "direct"): direct.allreduce,
+    ("allreduce", "hierarchical"): hierarchical.allreduce,
+    ("allreduce", "parameter_server"): direct.parameter_server,
+    ("allreduce", "qsgd_allgather"): compressed.qsgd_allgather,
+    ("allreduce", "qsgd_scatter_reduce_allgather"): compressed.qsgd_scatter_reduce_allgather,
+    ("reduce_scatter", "ring"): ring.reduce_scatter,
+    ("reduce_scatter", "direct"): direct.reduce_scatter,
+    ("allgather", "ring"): ring.allgather,
+    ("allgather", "direct"): direct.allgather,
+    ("broadcast", "ring"): ring.broadcast,
+    ("broadcast", "tree"): tree.broadcast,
+    ("alltoall", "direct"): direct.alltoall,
+}
+
+OPS = tuple(sorted({op for op, _ in ALGORITHMS}))
+
+# nccl-tests' bus bandwidth factors (doc/PERFORMANCE.md of NVIDIA/nccl-tests).
+_BUSBW = {
+    "allreduce": lambda p: 2.0 * (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "allgather": lambda p: (p - 1) / p,
+    "alltoall": lambda p: (p - 1) / p,
+    "broadcast": lambda p: 1.0,
+    "reduce": lambda p: 1.0,
+}
+
+
+def busbw_factor(op: str, p: int) -> float:
+    """nccl-tests' busbw / algbw factor of ``op`` on ``p`` ranks."""
+    try:
+        f = _BUSBW[op]
+    except KeyError:
+        raise ConfigError(f"op={op!r} has no busbw factor; known: {sorted(_BUSBW)}") from None
+    if p < 1:
+        raise ConfigError(f"p={p!r} must be >= 1")
+    return float(f(p))
+
+
+def finish(b: Builder, ranks, op, algorithm, nbytes, chunks) -> Schedule:
+    """The schedule a builder accumulated (shared tail of every algorithm)."""
+    return b.build(ranks, op, algorithm, nbytes, chunks)
+
+
+def build_schedule(op: str, algorithm: str, ranks, nbytes: int, *, chunks: int = 1, graph=None,
+                   payload_bytes=None) -> Schedule:
+    """The schedule of ``op`` by ``algorithm`` over ``ranks``.
+
+    Parameters
+    ----------
+    op, algorithm : str
+        A key of :data:`ALGORITHMS`.
+    ranks : int or sequence of int
+        ``p`` (ranks 0..p-1) or the participating ranks, in the algorithm's order.
+    nbytes : int
+        Message size in bytes (nccl-tests convention, see the module docstring), >= 1.
+    chunks : int
+        Pipelining: each message is cut into this many chunks (NCCL's slices), >= 1.
+    graph : networkx.Graph, optional
+        Needed by topology-aware algorithms (``hierarchical``); ranks must be in it.
+    payload_bytes : sequence of int, optional
+        Compressed sizes in bytes per rank (QSGD transports).
+    """
+    if (op, algorithm) not in ALGORITHMS:
+        algos = sorted(a for o, a in ALGORITHMS if o == op)
+        if not algos:
+            raise ConfigError(f"op={op!r} is not known; known ops: {list(OPS)}")
+        raise ConfigError(f"algorithm={algorithm!r} is not known for op={op!r}; known: {algos}")
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes <= 0:
+        raise ConfigError(f"nbytes={nbytes!r} must be an integer number of bytes > 0")
+    if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral) or chunks < 1:
+        raise ConfigError(f"chunks={chunks!r} must be an integer >= 1")
+    ranks = check_ranks(ranks)
+    if graph is not None:
+        import topologies
+
+        n = len(topologies.gpus(graph))
+        bad = [r for r in ranks if r >= n]
+        if bad:
+            raise ConfigError(f"ranks {bad[:5]} are not in the graph "
+                              f"{graph.graph.get('name', '')!r} ({n} GPUs, ranks 0..{n - 1})")
+    return ALGORITHMS[(op, algorithm)](ranks, int(nbytes), chunks=int(chunks), graph=graph,
+                                       payload_bytes=payload_bytes)

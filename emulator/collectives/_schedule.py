@@ -1,0 +1,322 @@
+"""Transfers and schedules: the data every collective algorithm produces (no SimPy here).
+
+A schedule can hold millions of transfers (a 1024-rank ring allreduce has 2 093 056), so it
+keeps them as numpy arrays (struct of arrays) and builds :class:`Transfer` objects only when
+someone asks for :attr:`Schedule.transfers`. Dependencies are stored in CSR form
+(``dep_ptr``, ``dep_idx``) over transfer *indices*; a transfer may only depend on transfers
+listed before it, which makes every schedule acyclic by construction and gives the engine a
+topological order for free.
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..errors import ConfigError, ScheduleError
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """One message of a collective.
+
+    Parameters
+    ----------
+    id : int
+        Unique id within its schedule.
+    src, dst : int
+        Sending and receiving rank. ``src == dst`` is a local step (a reduction, a decode):
+        no network, it only takes ``compute_s``; it must then carry 0 bytes.
+    nbytes : int
+        Bytes sent (>= 0; a 0-byte message still pays the path latency).
+    deps : tuple of int
+        Ids of transfers that must have finished (arrived) before this one starts.
+    tag : str
+        Phase label ("reduce_scatter", "allgather", ...), used by results and figures.
+    compute_s : float
+        Seconds of local work at ``src`` after the deps and before sending (reduction,
+        encode, decode), >= 0.
+    """
+
+    id: int
+    src: int
+    dst: int
+    nbytes: int
+    deps: tuple = ()
+    tag: str = ""
+    compute_s: float = 0.0
+
+    def __post_init__(self):
+        for name in ("id", "src", "dst", "nbytes"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+                raise ScheduleError(f"Transfer: {name}={value!r} must be a non-negative integer")
+        if self.src == self.dst and self.nbytes:
+            raise ScheduleError(f"Transfer {self.id}: a local step (src == dst == {self.src}) "
+                                f"must carry 0 bytes, not nbytes={self.nbytes}")
+        deps = tuple(self.deps)
+        for d in deps:
+            if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+                raise ScheduleError(f"Transfer {self.id}: dependency {d!r} must be an int id")
+        object.__setattr__(self, "deps", tuple(int(d) for d in deps))
+        if not isinstance(self.tag, str):
+            raise ScheduleError(f"Transfer {self.id}: tag={self.tag!r} must be a string")
+        c = self.compute_s
+        if isinstance(c, bool) or not isinstance(c, numbers.Real) or not np.isfinite(c) or c < 0:
+            raise ScheduleError(f"Transfer {self.id}: compute_s={c!r} must be a finite number "
+                                f"of seconds >= 0")
+
+
+class Schedule:
+    """An immutable, validated schedule of transfers.
+
+    Parameters
+    ----------
+    transfers : sequence of Transfer
+        In an order where every dependency comes before its dependant.
+    ranks : sequence of int
+        The participating ranks.
+    op, algorithm : str
+        What the schedule implements, e.g. ("allreduce", "ring").
+    nbytes : int
+        The collective's message size in bytes (nccl-tests convention, see
+        :func:`emulator.collectives.build_schedule`).
+    chunks : int
+        Pipelining chunks the schedule was built with.
+
+    Attributes
+    ----------
+    src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids : numpy.ndarray
+        Read-only struct-of-arrays view; ``tags[tag_code[i]]`` is transfer ``i``'s tag.
+    """
+
+    __slots__ = ("src", "dst", "size", "compute_s", "dep_ptr", "dep_idx", "tag_code", "tags",
+                 "ids", "ranks", "op", "algorithm", "nbytes", "chunks", "_transfers")
+
+    def __init__(self, transfers: Sequence[Transfer], ranks, op: str, algorithm: str,
+                 nbytes: int, *, chunks: int = 1):
+        transfers = list(transfers)
+        for t in transfers:
+            if not isinstance(t, Transfer):
+                raise ScheduleError(f"Schedule: {t!r} is not a Transfer")
+        pos = {}
+        for i, t in enumerate(transfers):
+            if t.id in pos:
+                raise ScheduleError(f"Schedule: transfer id {t.id} appears twice")
+            pos[t.id] = i
+        dep_idx, counts = [], []
+        for i, t in enumerate(transfers):
+            for d in t.deps:
+                j = pos.get(d)
+                if j is None:
+                    raise ScheduleError(f"Schedule: transfer {t.id} depends on unknown id {d}")
+                if j >= i:
+                    raise ScheduleError(f"Schedule: transfer {t.id} depends on {d}, which is not "
+                                        f"listed before it (a cycle or a bad order)")
+                dep_idx.append(j)
+            counts.append(len(t.deps))
+        tags = sorted({t.tag for t in transfers})
+        code = {tag: k for k, tag in enumerate(tags)}
+        self._init(
+            src=np.array([t.src for t in transfers], dtype=np.int64),
+            dst=np.array([t.dst for t in transfers], dtype=np.int64),
+            size=np.array([t.nbytes for t in transfers], dtype=np.int64),
+            compute_s=np.array([t.compute_s for t in transfers], dtype=np.float64),
+            dep_ptr=np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64),
+            dep_idx=np.array(dep_idx, dtype=np.int64),
+            tag_code=np.array([code[t.tag] for t in transfers], dtype=np.int32),
+            tags=tuple(tags), ids=np.array([t.id for t in transfers], dtype=np.int64),
+            ranks=ranks, op=op, algorithm=algorithm, nbytes=nbytes, chunks=chunks)
+        object.__setattr__(self, "_transfers", tuple(transfers))
+
+    @classmethod
+    def from_arrays(cls, *, src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, tags,
+                    ranks, op, algorithm, nbytes, chunks=1, ids=None) -> "Schedule":
+        """Build from struct-of-arrays data (what the algorithm builders do); validated."""
+        self = object.__new__(cls)
+        src = np.asarray(src, dtype=np.int64)
+        self._init(src=src, dst=np.asarray(dst, dtype=np.int64),
+                   size=np.asarray(size, dtype=np.int64),
+                   compute_s=np.asarray(compute_s, dtype=np.float64),
+                   dep_ptr=np.asarray(dep_ptr, dtype=np.int64),
+                   dep_idx=np.asarray(dep_idx, dtype=np.int64),
+                   tag_code=np.asarray(tag_code, dtype=np.int32), tags=tuple(tags),
+                   ids=np.arange(len(src), dtype=np.int64) if ids is None else np.asarray(ids),
+                   ranks=ranks, op=op, algorithm=algorithm, nbytes=nbytes, chunks=chunks)
+        object.__setattr__(self, "_transfers", None)
+        return self
+
+    def _init(self, *, src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, tags, ids, ranks,
+              op, algorithm, nbytes, chunks):
+        n = len(src)
+        ranks = tuple(int(r) for r in ranks)
+        if len(set(ranks)) != len(ranks):
+            raise ScheduleError(f"Schedule: ranks {list(ranks)} contain duplicates")
+        for name, arr in (("dst", dst), ("size", size), ("compute_s", compute_s),
+                          ("tag_code", tag_code), ("ids", ids)):
+            if len(arr) != n:
+                raise ScheduleError(f"Schedule: {name} has {len(arr)} entries, src has {n}")
+        if len(dep_ptr) != n + 1 or (n and (dep_ptr[0] != 0 or dep_ptr[-1] != len(dep_idx))):
+            raise ScheduleError("Schedule: dep_ptr is not a CSR pointer over dep_idx")
+        if n:
+            if np.any(size < 0):
+                i = int(np.argmax(size < 0))
+                raise ScheduleError(f"Schedule: transfer {int(ids[i])}: nbytes={int(size[i])} < 0")
+            local = src == dst
+            if np.any(local & (size != 0)):
+                i = int(np.argmax(local & (size != 0)))
+                raise ScheduleError(f"Schedule: local step {int(ids[i])} carries {int(size[i])} "
+                                    f"bytes")
+            if not np.all(np.isfinite(compute_s)) or np.any(compute_s < 0):
+                raise ScheduleError("Schedule: compute_s must be finite and >= 0")
+            known = np.array(sorted(ranks), dtype=np.int64)
+            for name, arr in (("src", src), ("dst", dst)):
+                bad = ~np.isin(arr, known)
+                if bad.any():
+                    i = int(np.argmax(bad))
+                    raise ScheduleError(f"Schedule: transfer {int(ids[i])}: {name}={int(arr[i])} "
+                                        f"is not one of the ranks")
+            if len(dep_idx):
+                owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(dep_ptr))
+                bad = (dep_idx < 0) | (dep_idx >= owner)
+                if bad.any():
+                    k = int(np.argmax(bad))
+                    raise ScheduleError(f"Schedule: transfer {int(ids[owner[k]])} depends on index "
+                                        f"{int(dep_idx[k])}, not an earlier transfer (unknown "
+                                        f"dependency or a cycle)")
+            if len(tags) and (tag_code.min() < 0 or tag_code.max() >= len(tags)):
+                raise ScheduleError("Schedule: tag_code out of range of tags")
+        for arr in (src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids):
+            arr.flags.writeable = False
+        for name, value in (("src", src), ("dst", dst), ("size", size), ("compute_s", compute_s),
+                            ("dep_ptr", dep_ptr), ("dep_idx", dep_idx), ("tag_code", tag_code),
+                            ("tags", tags), ("ids", ids), ("ranks", ranks), ("op", str(op)),
+                            ("algorithm", str(algorithm)), ("nbytes", int(nbytes)),
+                            ("chunks", int(chunks))):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"Schedule is immutable (cannot set {name!r})")
+
+    def __len__(self) -> int:
+        return len(self.src)
+
+    def __repr__(self) -> str:
+        return (f"Schedule(op={self.op!r}, algorithm={self.algorithm!r}, ranks={len(self.ranks)}, "
+                f"nbytes={self.nbytes}, chunks={self.chunks}, transfers={len(self)})")
+
+    @property
+    def transfers(self) -> tuple:
+        """The transfers as :class:`Transfer` objects (built on first use; slow for millions)."""
+        if self._transfers is None:
+            ptr, idx, ids = self.dep_ptr, self.dep_idx, self.ids
+            out = tuple(
+                Transfer(int(ids[i]), int(self.src[i]), int(self.dst[i]), int(self.size[i]),
+                         tuple(int(ids[j]) for j in idx[ptr[i]:ptr[i + 1]]),
+                         self.tags[self.tag_code[i]], float(self.compute_s[i]))
+                for i in range(len(self)))
+            object.__setattr__(self, "_transfers", out)
+        return self._transfers
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes sent over the network by all transfers together."""
+        return int(self.size.sum())
+
+    def deps_of(self, i: int) -> np.ndarray:
+        """Indices of the transfers that transfer index ``i`` waits for."""
+        return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+
+def split(nbytes: int, parts: int) -> np.ndarray:
+    """``nbytes`` split into ``parts`` integers as evenly as possible (the first get the extra)."""
+    q, r = divmod(int(nbytes), int(parts))
+    out = np.full(parts, q, dtype=np.int64)
+    out[:r] += 1
+    return out
+
+
+class Builder:
+    """Accumulates transfers in vectorised batches and returns a :class:`Schedule`.
+
+    Each :meth:`add` appends ``m`` transfers and returns their indices; ``deps`` is a list of
+    integer arrays of length ``m`` (``-1`` = no dependency in that column).
+    """
+
+    def __init__(self):
+        self._parts = []
+        self._n = 0
+        self._tags: dict[str, int] = {}
+
+    @property
+    def count(self) -> int:
+        return self._n
+
+    def add(self, src, dst, nbytes, deps=(), tag: str = "", compute_s=0.0) -> np.ndarray:
+        # Scalars broadcast against the longest argument (one sender, c chunks, say).
+        m = max(np.size(src), np.size(dst), np.size(nbytes), np.size(compute_s),
+                *(np.size(d) for d in deps))
+        src = np.broadcast_to(np.asarray(src, dtype=np.int64), (m,))
+        dst = np.broadcast_to(np.asarray(dst, dtype=np.int64), (m,))
+        nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), (m,))
+        compute = np.broadcast_to(np.asarray(compute_s, dtype=np.float64), (m,))
+        cols = [np.broadcast_to(np.asarray(d, dtype=np.int64), (m,)) for d in deps]
+        depmat = np.stack(cols, axis=1) if cols else np.empty((m, 0), dtype=np.int64)
+        code = self._tags.setdefault(tag, len(self._tags))
+        ids = np.arange(self._n, self._n + m, dtype=np.int64)
+        self._parts.append((src, dst, nbytes, compute, depmat, code))
+        self._n += m
+        return ids
+
+    def local(self, rank, deps=(), tag: str = "", compute_s=0.0) -> np.ndarray:
+        """Local steps (src == dst, 0 bytes) at ``rank`` (an array of ranks)."""
+        return self.add(rank, rank, 0, deps, tag, compute_s)
+
+    def build(self, ranks, op, algorithm, nbytes, chunks=1) -> Schedule:
+        if self._parts:
+            src = np.concatenate([p[0] for p in self._parts])
+            dst = np.concatenate([p[1] for p in self._parts])
+            size = np.concatenate([p[2] for p in self._parts])
+            compute = np.concatenate([p[3] for p in self._parts])
+            counts, flat = [], []
+            for p in self._parts:
+                mask = p[4] >= 0
+                counts.append(mask.sum(axis=1))
+                flat.append(p[4][mask])
+            counts = np.concatenate(counts)
+            dep_idx = np.concatenate(flat)
+            tag_code = np.concatenate([np.full(len(p[0]), p[5], dtype=np.int32)
+                                       for p in self._parts])
+        else:
+            src = dst = size = dep_idx = np.empty(0, dtype=np.int64)
+            compute = np.empty(0)
+            counts = np.empty(0, dtype=np.int64)
+            tag_code = np.empty(0, dtype=np.int32)
+        dep_ptr = np.zeros(len(src) + 1, dtype=np.int64)
+        np.cumsum(counts, out=dep_ptr[1:])
+        return Schedule.from_arrays(src=src, dst=dst, size=size, compute_s=compute,
+                                    dep_ptr=dep_ptr, dep_idx=dep_idx, tag_code=tag_code,
+                                    tags=tuple(self._tags), ranks=ranks, op=op,
+                                    algorithm=algorithm, nbytes=nbytes, chunks=chunks)
+
+
+def check_ranks(ranks) -> tuple:
+    """``ranks`` as a tuple: an int ``p`` means ranks 0..p-1; else distinct ints >= 0."""
+    if isinstance(ranks, numbers.Integral) and not isinstance(ranks, bool):
+        if ranks < 1:
+            raise ConfigError(f"ranks={ranks!r} must be >= 1")
+        return tuple(range(int(ranks)))
+    try:
+        out = tuple(ranks)
+    except TypeError:
+        raise ConfigError(f"ranks={ranks!r} must be an int or a sequence of ints") from None
+    if not out:
+        raise ConfigError("ranks=[] must name at least one rank")
+    for r in out:
+        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
+            raise ConfigError(f"ranks: {r!r} must be a non-negative integer")
+    if len(set(out)) != len(out):
+        raise ConfigError(f"ranks={list(out)} contains duplicates")
+    return tuple(int(r) for r in out)

@@ -1,0 +1,142 @@
+"""Ring algorithms (Patarasuk & Yuan 2009; NCCL's ring): reduce-scatter, allgather, allreduce.
+
+Positions 0..p-1 follow the order of ``ranks``; position r sends to r+1 (mod p). The
+vector is cut into p segments, each into ``chunks`` chunks. At global step k position r
+sends chunk i of segment ``(r - k + offset) mod p``. Each transfer waits for
+
+- the data: the same chunk from the previous position at step k-1 (the partial sum or the
+  block it forwards), and
+- its connection: the previous send on the same connection (chunk i-1, or the last chunk of
+  step k-1), as one NCCL connection delivers its slots in order.
+
+So a connection carries one message at a time and, on a ring of links, no two flows ever
+share a channel: the time is 2(p-1)(c alpha + n/(p B)) for an allreduce of n bytes when
+p*c divides n (:mod:`emulator.closed_form`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ._schedule import Builder, split
+
+
+def segment_chunks(nbytes: int, p: int, chunks: int) -> np.ndarray:
+    """(p, chunks) bytes: ``nbytes`` cut into p segments, each into ``chunks`` chunks."""
+    seg = split(nbytes, p)
+    return np.stack([split(s, chunks) for s in seg]) if p else np.empty((0, chunks), np.int64)
+
+
+def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: int, tag,
+              first_deps=None) -> np.ndarray:
+    """Add ``steps`` ring steps; returns ids shaped (steps, p, chunks).
+
+    Parameters
+    ----------
+    order : sequence of int
+        Ranks in ring order (position r sends to r+1 mod p).
+    chunk_bytes : ndarray (p, chunks)
+        Bytes of chunk i of segment j.
+    offset : int
+        Position r sends segment (r - k + offset) mod p at step k.
+    tag : str or list of (str, int)
+        The phase label, or labels with their step counts (summing to ``steps``).
+    first_deps : list of ndarray (p,), optional
+        Extra dependencies of each position's first transfer (-1 for none).
+    """
+    order = np.asarray(order, dtype=np.int64)
+    p = len(order)
+    c = chunk_bytes.shape[1]
+    if p < 2 or steps < 1:
+        return np.empty((0, p, c), dtype=np.int64)
+    nxt = np.roll(order, -1)
+    base = b.count
+    ids = base + np.arange(steps * p * c, dtype=np.int64).reshape(steps, p, c)
+    k = np.repeat(np.arange(steps), p * c)
+    r = np.tile(np.repeat(np.arange(p), c), steps)
+    i = np.tile(np.arange(c), steps * p)
+    seg = (r - k + offset) % p
+    nbytes = chunk_bytes[seg, i]
+    km1 = np.maximum(k - 1, 0)
+    data = np.where(k > 0, ids[km1, (r - 1) % p, i], -1)
+    conn = np.where(i > 0, ids[k, r, np.maximum(i - 1, 0)],
+                    np.where(k > 0, ids[km1, r, c - 1], -1))
+    deps = [data, conn]
+    first = (k == 0) & (i == 0)
+    for extra in first_deps or ():
+        extra = np.asarray(extra, dtype=np.int64)
+        deps.append(np.where(first, extra[r], -1))
+    phases = [(tag, steps)] if isinstance(tag, str) else list(tag)
+    lo = 0
+    for name, n in phases:
+        sl = slice(lo * p * c, (lo + n) * p * c)
+        b.add(order[r[sl]], nxt[r[sl]], nbytes[sl], [d[sl] for d in deps], name)
+        lo += n
+    if lo != steps:
+        raise AssertionError("ring_pass: phase steps do not sum to steps")
+    return ids
+
+
+def last_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(last receive, last send) transfer id of each position after a :func:`ring_pass`."""
+    last = ids[-1, :, -1]
+    return np.roll(last, 1), last
+
+
+def reduce_scatter(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
+    """Ring reduce-scatter of ``nbytes`` in total (nccl-tests' size); p-1 steps."""
+    from . import finish
+    b = Builder()
+    p = len(ranks)
+    # offset -1: after p-1 steps position r holds the full sum of segment r.
+    ring_pass(b, ranks, segment_chunks(nbytes, p, chunks), p - 1, -1, "reduce_scatter")
+    return finish(b, ranks, "reduce_scatter", "ring", nbytes, chunks)
+
+
+def allgather(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
+    """Ring allgather; ``nbytes`` is the gathered total, each rank contributes nbytes/p."""
+    from . import finish
+    b = Builder()
+    p = len(ranks)
+    ring_pass(b, ranks, segment_chunks(nbytes, p, chunks), p - 1, 0, "allgather")
+    return finish(b, ranks, "allgather", "ring", nbytes, chunks)
+
+
+def allreduce_pass(b: Builder, ranks, chunk_bytes, first_deps=None) -> np.ndarray:
+    """Reduce-scatter then allgather as one 2(p-1)-step ring; ids (2(p-1), p, chunks).
+
+    Offset -1 all along: position r ends the reduce-scatter owning segment r and starts the
+    allgather by sending it, so both phases are one continuous grid of dependencies.
+    """
+    p = len(ranks)
+    return ring_pass(b, ranks, chunk_bytes, 2 * (p - 1), -1,
+                     [("reduce_scatter", p - 1), ("allgather", p - 1)], first_deps=first_deps)
+
+
+def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
+    """Ring allreduce: reduce-scatter then allgather, 2(p-1) steps of n/p bytes."""
+    from . import finish
+    b = Builder()
+    allreduce_pass(b, ranks, segment_chunks(nbytes, len(ranks), chunks))
+    return finish(b, ranks, "allreduce", "ring", nbytes, chunks)
+
+
+def broadcast(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
+    """Pipelined chain broadcast from ``ranks[0]``: chunk i crosses hop h after hop h-1.
+
+    (p - 1 + c - 1) chunk times of (alpha + n/(c B)) when nothing is shared.
+    """
+    from . import finish
+    b = Builder()
+    order = np.asarray(ranks, dtype=np.int64)
+    p, c = len(order), chunks
+    if p >= 2:
+        sizes = split(nbytes, c)
+        hops = p - 1
+        base = b.count
+        ids = base + np.arange(hops * c).reshape(hops, c)
+        h = np.repeat(np.arange(hops), c)
+        i = np.tile(np.arange(c), hops)
+        data = np.where(h > 0, ids[np.maximum(h - 1, 0), i], -1)
+        conn = np.where(i > 0, ids[h, np.maximum(i - 1, 0)], -1)
+        b.add(order[h], order[h + 1], sizes[i], [data, conn], "broadcast")
+    return finish(b, ranks, "broadcast", "ring", nbytes, chunks)
