@@ -348,10 +348,12 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     """
     trace = workload(params, progress)
     spec = _topology_spec(params)
+    # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
+    dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]
     config = api("emulator", "StudyConfig")(
         world_sizes=tuple(params["world_sizes"]), bits=tuple(params["bits"]),
-        transports=tuple(params["transports"]), topologies=(spec,), trace=trace,
-        device=params.get("device"))
+        transports=tuple(dense + list(params["transports"])), topologies=(spec,), trace=trace,
+        device=params.get("device") or "measured")
     total = [1]
 
     def on_progress(done, todo=None, *_):
@@ -376,5 +378,8 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
 
 
 def best_graph(spec: str, world_size: int):
-    """The topology for ``world_size`` GPUs (``{n}`` in a spec is the GPU count)."""
-    return build_topology(spec.replace("{n}", str(world_size)))
+    """The study's topology for ``world_size`` GPUs (``{n}`` GPUs, ``{N}`` machines)."""
+    try:
+        return api("emulator", "topology_for")(spec, world_size)
+    except ValueError as exc:
+        raise DashboardError(f"whatif-topology: {spec!r}: {exc}") from None

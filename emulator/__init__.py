@@ -41,6 +41,7 @@ _EXPORTS: dict[str, str] = {
     "TRANSPORTS": "emulator.replaying",
     "StudyConfig": "emulator.study",
     "run_study": "emulator.study",
+    "topology_for": "emulator.study",
     "write_report": "emulator.report",
     # validation
     "MeasuredTrace": "emulator.validation",

@@ -50,9 +50,9 @@ class StudyConfig:
     transports : tuple of str
         Keys of :data:`emulator.TRANSPORTS`.
     topologies : tuple of str
-        Topology specs (:func:`topologies.from_spec`); ``{N}`` is replaced by the number of
-        nodes a world size needs (e.g. ``"cluster:dgx_a100x{N}"``), else the spec must have at
-        least ``max(world_sizes)`` GPUs.
+        Topology specs (:func:`topologies.from_spec`); ``{n}`` is replaced by the world size
+        (``"switch:{n}"``) and ``{N}`` by the number of nodes a world size needs (e.g.
+        ``"cluster:dgx_a100x{N}"``), else the spec must have at least ``max(world_sizes)`` GPUs.
     device : str
         Target device of the compute model (:data:`emulator.DEVICES`).
     algorithm : str
@@ -125,9 +125,14 @@ class StudyConfig:
 
 # ---------------------------------------------------------------- one task
 def topology_for(spec: str, world_size: int):
-    """The graph of ``spec`` for ``world_size`` GPUs (``{N}`` = nodes needed)."""
+    """The graph of ``spec`` for ``world_size`` GPUs.
+
+    Placeholders: ``{n}`` is the GPU count itself (``"switch:{n}"``), ``{N}`` the number of
+    machines a cluster spec needs for it (``"cluster:dgx_a100x{N}"``).
+    """
     import topologies
 
+    spec = spec.replace("{n}", str(world_size))
     if "{N}" in spec:
         per_node = len(topologies.gpus(topologies.from_spec(spec.replace("{N}", "1"))))
         nodes = max(1, math.ceil(world_size / per_node))
@@ -191,7 +196,7 @@ def run_study(config: StudyConfig, *, progress: Callable[[int, int], None] | Non
     config.combos()
     tasks = [(config, spec, w) for spec in config.topologies for w in config.world_sizes]
     for spec in config.topologies:  # a bad spec fails here, before any work is sent out
-        topology_for(spec, 1 if "{N}" in spec else max(config.world_sizes))
+        topology_for(spec, min(config.world_sizes) if "{" in spec else max(config.world_sizes))
     total = len(tasks)
     done = 0
 

@@ -60,7 +60,10 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
         }
         params["topology"] = topology_filename or "uploaded topology"
     else:
-        chosen = (spec or "").strip() or (topology or "").strip()
+        chosen = (spec or "").strip()
+        if not chosen and (topology or "").strip():
+            # A machine preset grows with the world size: as many machines as the GPUs need.
+            chosen = f"cluster:{topology.strip()}x{{N}}"
         if not chosen:
             raise DashboardError("whatif-topology: nothing selected; pick a preset or type a spec")
         params["topology"] = chosen

@@ -22,7 +22,9 @@ FORM = dict(topology="dgx_a100", spec="", topology_upload=None, topology_filenam
 
 def test_whatif_form_to_params():
     p = whatif.params_from_form(**FORM)
-    assert p == {"topology": "dgx_a100", "model": "mlp", "bits": [32, 4], "bucket_size": 512,
+    # A machine preset grows with the world size: as many machines as the GPUs need.
+    assert p == {"topology": "cluster:dgx_a100x{N}", "model": "mlp", "bits": [32, 4],
+                 "bucket_size": 512,
                  "transports": ["qsgd_allgather"], "world_sizes": [2, 4, 8], "device": None}
     p = whatif.params_from_form(**dict(FORM, spec=" switch:{n} "))
     assert p["topology"] == "switch:{n}"
@@ -47,6 +49,21 @@ def test_whatif_form_to_params():
 def test_whatif_form_errors_name_the_field(change, message):
     with pytest.raises(DashboardError, match=message):
         whatif.params_from_form(**dict(FORM, **change))
+
+
+def test_whatif_job_runs_the_form_as_submitted(tmp_path):
+    """The job behind Run, on what the form gives (no device picked, a preset, a {n} spec)."""
+    for form in (dict(FORM, sizes="2,16"), dict(FORM, spec="switch:{n}", sizes="2,4")):
+        params = dict(whatif.params_from_form(**form), cache_dir=str(tmp_path))
+        out = jobs.whatif_job(params)
+        sizes = params["world_sizes"]
+        assert [(r["world_size"], r["bits"]) for r in out["rows"]] == [
+            (w, b) for w in sizes for b in (32, 4)]
+        assert all(r["device"] == "measured" for r in out["rows"])
+        # the Gantt chart is the best QSGD row at the largest size, on a graph that big
+        assert out["gantt"]["label"].endswith(f"at {max(sizes)} GPUs")
+    # 16 GPUs of DGX A100 boxes: two machines joined by the fabric
+    assert out["rows"][0]["topology"] == "switch:{n}"
 
 
 def test_whatif_csv_and_empty_figures():
