@@ -31,6 +31,11 @@ __all__ = ["Calibration", "calibrate", "PREDICTORS", "predict", "link_classes", 
 
 DEFAULT_CLASS = "default"
 
+#: Smallest latency a fit returns (s). NNLS puts a latency the data cannot resolve (shaped
+#: links where 1 MiB already takes milliseconds) at exactly 0, which no topology accepts
+#: (validate_topology wants latency > 0); 1 ns is far below any real link's latency.
+MIN_LATENCY_S = 1e-9
+
 
 def link_classes(G: nx.Graph) -> list[str]:
     """Sorted link classes of ``G`` (edge attribute ``link``; ``"default"`` where absent)."""
@@ -233,6 +238,7 @@ def calibrate(trace: MeasuredTrace, G: nx.Graph, *, fit_sizes=None, ops=None,
         col = np.maximum(np.abs(A).max(axis=0), 1e-300)
         sol, _ = nnls(A / col, b)
         new = sol / col
+        new[0::2] = np.maximum(new[0::2], MIN_LATENCY_S)
         # Zero inverse bandwidth means infinite bandwidth: the data did not pin it down.
         for i, k in enumerate(classes):
             if not new[2 * i + 1] > 0:

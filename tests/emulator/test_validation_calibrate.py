@@ -78,6 +78,22 @@ def test_noisy_data_fits_in_relative_least_squares(star_predictor):
     assert np.median(np.abs(cal.fit_rel_errors)) < 0.05
 
 
+def test_latency_the_data_cannot_resolve_stays_a_valid_link(star_predictor):
+    """Times with no latency term at all (bandwidth only): NNLS drives the latency to 0,
+    which no topology accepts; the fit floors it and the calibrated graph still simulates."""
+    truth = topologies.switch(4, bandwidth=12.5e6, latency=40e-6)
+    sizes = [1 << 20, 4 << 20]
+    pts = [CollectivePoint.make(op, n, ring_over_star(truth, op, "ring", n)
+                                - {"allreduce": 6, "allgather": 3}[op] * 2 * 40e-6, 4)
+           for op in ("allreduce", "allgather") for n in sizes]
+    trace = MeasuredTrace(environment={"backend": "gloo", "world_size": 4}, collectives=tuple(pts))
+    cal = calibrate(trace, truth, predictor="star")
+    (_, (lat, bw)), = cal.links.items()
+    assert lat == calibrate_module.MIN_LATENCY_S
+    assert bw == pytest.approx(12.5e6, rel=1e-3)
+    topologies.validate_topology(cal.apply(truth))
+
+
 def test_default_fit_points_are_smallest_and_largest(star_predictor):
     truth = topologies.switch(3, bandwidth=1e8, latency=1e-5)
     cal = calibrate(_trace(truth, [1 << 20, 2 << 20, 8 << 20], ops=("allreduce",)), truth,
