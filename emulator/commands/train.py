@@ -155,6 +155,12 @@ def run(args) -> int:
         run_id = store.create_run("train", cfg.label(), dict(asdict(cfg), world_size=world_size))
 
     if world is not None:
+        if args.topology is not None:
+            # Check --topology here (one line, exit 2) rather than in rank 0 after the ranks
+            # started, where a bad spec failed the whole run with a traceback.
+            from emulator.training.predict import make_predictor
+
+            make_predictor(cfg, world, args.topology)
         open_run(world)
         try:
             summary = launch.spawn(_rank_main, world, cfg, store_path, run_id, args.topology,

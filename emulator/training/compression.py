@@ -76,7 +76,9 @@ def _powersgd(ddp, cfg, world_size) -> Compression:
             continue
         n, m = p.shape[0], p.numel() // p.shape[0]
         r = min(n, m, rank)
-        low += (n + m) * r * 4 if n * m >= 2 * (n + m) * r else n * m * 4
+        # Strictly greater, as torch's _should_compress (compressed * min_compression_rate <
+        # uncompressed): at equality the hook allreduces the whole tensor, which was counted as P, Q.
+        low += (n + m) * r * 4 if n * m > 2 * (n + m) * r else n * m * 4
 
     def payload(step):
         return dense if step < start else low

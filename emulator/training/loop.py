@@ -81,8 +81,13 @@ class TrainConfig:
             raise ValueError(f"transport: expected one of {list(TRANSPORTS)}, got {self.transport!r}")
         import qsgd
 
-        if self.model not in qsgd.MODELS:
-            raise ValueError(f"model: expected one of {sorted(qsgd.MODELS)}, got {self.model!r}")
+        # Only models that take the dataset's sizes (build() passes in_features, hidden and
+        # num_classes): any other MODELS name (e.g. resnet50) passed here and then failed in every
+        # spawned rank with a TypeError traceback instead of a one-line error (exit 2).
+        sizable = sorted(m for m in qsgd.MODELS if _takes_sizes(qsgd.MODELS[m]))
+        if self.model not in sizable:
+            raise ValueError(f"model: expected one of {sizable} (models sized to the dataset), "
+                             f"got {self.model!r}")
         for name, low in (("bits", 2), ("epochs", 1), ("batch_size", 1), ("eval_every", 0),
                           ("bucket_size", 1), ("min_numel", 0), ("warmup_steps", 0),
                           ("powersgd_rank", 1), ("seed", 0)):
@@ -105,6 +110,17 @@ class TrainConfig:
             return self.name
         c = f"qsgd{self.bits}-{self.transport}" if self.compression == "qsgd" else self.compression
         return f"{self.model}/{self.dataset} {c}"
+
+
+def _takes_sizes(ctor) -> bool:
+    """Whether ``ctor`` accepts the keyword arguments :func:`build` passes."""
+    import inspect
+
+    try:
+        params = inspect.signature(ctor).parameters
+    except (TypeError, ValueError):
+        return False
+    return {"in_features", "hidden", "num_classes"} <= set(params)
 
 
 def build(cfg: TrainConfig, n_features: int, n_classes: int) -> torch.nn.Module:

@@ -22,6 +22,11 @@ def make_predictor(cfg, world_size: int, topology: str | None) -> Callable[[floa
     import topologies
 
     G = topologies.from_spec(topology or f"switch:{world_size}")
+    # The run's ranks are the first world_size GPUs of the topology: run_collective without
+    # ranks= simulated every GPU of G (an 8-rank allreduce for a 2-rank run on a DGX node).
+    gpus = len(topologies.gpus(G))
+    if gpus < world_size:
+        raise ValueError(f"--topology {topology!r} has {gpus} GPUs, fewer than the {world_size} ranks")
     if cfg.compression == "qsgd" and cfg.transport == "allgather":
         op, scale = "allgather", world_size
     else:
@@ -35,7 +40,8 @@ def make_predictor(cfg, world_size: int, topology: str | None) -> Callable[[floa
         nbytes = int(payload_bytes) * scale
         if nbytes not in cache:
             try:
-                cache[nbytes] = float(emulator.run_collective(G, op, "ring", nbytes).time_s)
+                cache[nbytes] = float(emulator.run_collective(G, op, "ring", nbytes,
+                                                              ranks=world_size).time_s)
             except (ImportError, AttributeError, ValueError, RuntimeError) as exc:
                 broken.append(str(exc))
                 print(f"qsgd-emu train: no emulator prediction ({type(exc).__name__}: {exc})",

@@ -1,0 +1,108 @@
+"""``qsgd-emu demo`` (the README's ``make run``) end to end on a reduced grid: it measures a small
+model on this CPU (the MLP, batch 4, 1 iteration), replays it over both default cluster presets
+at 2 and 4 GPUs for fp32 and QSGD 4-bit (both transports), writes study.csv, study.json,
+report.html and trace.json under ``--out`` and prints the summary table."""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+
+import pytest
+
+import qsgd
+from emulator import cli
+from emulator.commands.demo import DEFAULT_TOPOLOGIES
+from emulator.study import COLUMNS, read_rows
+from tests.emulator.test_study import plotly_figures
+
+COMBOS = [(32, "fp32"), (4, "qsgd_allgather"), (4, "qsgd_scatter_reduce_allgather")]
+
+
+def _main(argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(argv)
+        except SystemExit as exc:  # argparse's own errors
+            code = exc.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_defaults_are_the_readmes_main_job():
+    args = cli.build_parser(["demo"]).parse_args(["demo"])
+    assert args.model == "resnet50" and args.trace is None
+    assert args.world_sizes == (8, 32, 128, 512) and args.bits == (32, 16, 8, 4, 2)
+    assert args.out == "out/demo" and args.measure_bits == 4 and args.workers == 1
+    assert DEFAULT_TOPOLOGIES == ("cluster:dgx_a100x{N}", "cluster:p2_16xlargex{N}")
+
+
+def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
+    out = tmp_path / "demo"
+    code, stdout, stderr = _main(["demo", "--model", "mlp", "--batch-size", "4", "--iterations", "1",
+                                  "--world-sizes", "2,4", "--bits", "32,4", "--out", str(out)])
+    assert code == 0, stderr
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "study.csv", "study.json", "trace.json"]
+
+    # the measured trace: the real MLP, batch 4, one iteration, QSGD 4-bit payloads
+    trace = qsgd.PayloadTrace.load(out / "trace.json")
+    assert trace.model == "mlp" and trace.batch_size == 4 and trace.num_iterations == 1
+    assert trace.config.bits == 4 and trace.device == "cpu" and trace.parameters == 235_146
+    assert "measuring mlp (batch 4, 1 iterations, QSGD 4 bits)" in stderr
+    assert "study [" in stderr and "4/4" in stderr
+
+    # rows: both default presets x (2, 4) GPUs x (fp32, QSGD 4-bit x 2 transports)
+    rows = read_rows(out / "study.json")
+    want = [(t, w, b, tr) for t in DEFAULT_TOPOLOGIES for w in (2, 4) for b, tr in COMBOS]
+    assert [(r["topology"], r["world_size"], r["bits"], r["transport"]) for r in rows] == want
+    assert all(r["model"] == "mlp" and r["batch_size"] == 4 for r in rows)
+    assert all(r["speedup_vs_fp32"] == 1.0 for r in rows if r["transport"] == "fp32")
+    with open(out / "study.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == COLUMNS
+        assert [(r["topology"], int(r["world_size"])) for r in reader] == [(t, w) for t, w, _, _ in want]
+    # the summary table on stdout: a header and one line per row, then where the files went
+    lines = stdout.splitlines()
+    assert lines[0].split()[:4] == ["topology", "GPUs", "bits", "transport"]
+    table = [ln for ln in lines if ln.startswith("cluster:")]
+    assert len(table) == len(rows)
+    assert table[0].split()[:4] == ["cluster:dgx_a100x{N}", "2", "32", "fp32"]
+    assert f"{rows[0]['speedup_vs_fp32']:.2f}x" in table[0]
+    assert str(out / "report.html") in stdout
+    # the report: three study figures and a bucket timeline
+    figs = plotly_figures((out / "report.html").read_text(encoding="utf-8"))
+    assert len(figs) == 4
+    assert "Bucket timeline: qsgd_" in figs[3]["layout"]["title"]["text"]
+
+
+def test_demo_with_a_saved_trace_skips_measuring_and_prints_json(tmp_path):
+    from tests.emulator.test_replay_limits import make_trace
+
+    path = tmp_path / "tiny.json"
+    make_trace().save(path)
+    out = tmp_path / "o"
+    code, stdout, stderr = _main(["demo", "--trace", str(path), "--world-sizes", "2", "--bits", "32,4",
+                                  "--topology", "switch:{N}", "--json", "--out", str(out)])
+    assert code == 0, stderr
+    assert "measuring" not in stderr
+    printed = json.loads(stdout)
+    assert printed == read_rows(out / "study.json")
+    assert [(r["topology"], r["world_size"], r["transport"]) for r in printed] == [
+        ("switch:{N}", 2, t) for _, t in COMBOS]
+    assert all(r["model"] == "tiny" for r in printed)
+    assert (out / "report.html").exists()
+
+
+@pytest.mark.parametrize("options, needle", [
+    (["--world-sizes", "two"], "--world-sizes must be comma-separated integers"),
+    (["--bits", "1"], "StudyConfig.bits"),
+])
+def test_demo_bad_options_exit_2(tmp_path, options, needle):
+    from tests.emulator.test_replay_limits import make_trace
+
+    path = tmp_path / "tiny.json"
+    make_trace().save(path)
+    code, _, err = _main(["demo", "--trace", str(path), "--out", str(tmp_path / "o"), *options])
+    assert code == 2 and needle in err
+    assert not (tmp_path / "o").exists()

@@ -1,0 +1,143 @@
+"""replay at its two limits, against the real engine (emulator.simulate on real topologies).
+
+- No communication cost: one GPU (nothing is sent), or links so fast (1e30 bytes/s, 1e-15 s)
+  that every collective takes ~1e-14 s: the iteration takes the compute time
+  (forward + backward + optimizer seconds).
+- Infinitely fast compute (``ComputeModel(compute_scale=0, codec_scale=0)``): every bucket is
+  ready at t = 0, so the one communication stream runs the buckets back to back and the
+  iteration equals the sum of the buckets' collective seconds, each simulated on its own here.
+"""
+from __future__ import annotations
+
+import pytest
+
+import emulator
+import qsgd
+import topologies
+from emulator.compute import ComputeModel
+
+CFG4 = qsgd.QSGDConfig.from_bits(4)  # levels 7, bucket 512, max norm, packed
+
+#: (params, compressed_numel, raw_numel) per DDP bucket: a mixed bucket (the bias goes as fp32,
+#: the paper's rule), an all-compressed one and an all-raw one (no QSGD payload at all).
+BUCKETS = ((("fc.bias", "fc.weight"), 20_000, 10), (("l1.weight",), 40_000, 0), (("l1.bias",), 0, 100))
+
+
+def make_trace(batch_size: int = 8) -> qsgd.PayloadTrace:
+    """A hand-made 3-bucket, 2-iteration 4-bit packed trace (seconds chosen, payloads exact).
+
+    The last bucket is ready exactly at the end of backward, so any communication of it is
+    exposed. Mean compute: forward 2.1 ms + backward 4.1 ms + optimizer 0.1 ms = 6.3 ms.
+    """
+    iterations = []
+    for j, (fwd, bwd) in enumerate(((2.0e-3, 4.0e-3), (2.2e-3, 4.2e-3))):
+        ready = (1.0e-3, 3.0e-3, bwd)
+        enc = (2e-4, 4e-4, 0.0)
+        iterations.append({
+            "index": j, "forward_s": fwd, "backward_s": bwd, "optimizer_s": 1e-4,
+            "buckets": [{"index": k, "ready_s": ready[k],
+                         "payload_bytes": qsgd.payload_nbytes(c, CFG4) if c else 0,
+                         "raw_bytes": 4 * r, "encode_s": enc[k], "decode_s": enc[k] / 2}
+                        for k, (_, c, r) in enumerate(BUCKETS)]})
+    return qsgd.PayloadTrace.from_dict({
+        "format": "qsgd-payload-trace", "version": 1, "model": "tiny",
+        "parameters": sum(c + r for _, c, r in BUCKETS), "device": "cpu", "device_name": "test CPU",
+        "torch_version": "2.13.0", "batch_size": batch_size, "input_shape": [10],
+        "config": {"levels": 7, "bucket_size": 512, "norm": "max", "codec": "packed"},
+        "min_numel": 1000, "bucket_cap_bytes": 26214400, "first_bucket_bytes": 1048576, "seed": 0,
+        "buckets": [{"index": k, "numel": c + r, "params": list(p), "compressed_numel": c, "raw_numel": r}
+                    for k, (p, c, r) in enumerate(BUCKETS)],
+        "iterations": iterations})
+
+
+COMPUTE_S = 2.1e-3 + 4.1e-3 + 1e-4
+ALL = ("fp32", "fp16", "qsgd_allgather", "qsgd_scatter_reduce_allgather")
+
+
+def test_trace_helper_means():
+    t = make_trace()
+    p = emulator.replay(t, topologies.from_spec("switch:2"), world_size=1)
+    assert p.compute_s == pytest.approx(COMPUTE_S)
+
+
+@pytest.mark.parametrize("transport", ALL)
+@pytest.mark.parametrize("spec", ["switch:4", "cluster:dgx_a100x2"])
+def test_one_gpu_sends_nothing_and_takes_the_compute_time(transport, spec):
+    # codec_scale=0: QSGD's encode/decode cost nothing either, so only compute remains.
+    p = emulator.replay(make_trace(), topologies.from_spec(spec), transport=transport, world_size=1,
+                        compute=ComputeModel(codec_scale=0.0))
+    assert p.bytes_per_gpu == 0.0 and p.comm_s == 0.0
+    assert p.iteration_s == pytest.approx(COMPUTE_S, rel=1e-12)
+    assert p.exposed_comm_s == pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_free_links_give_the_compute_time(transport):
+    free = topologies.switch(4, bandwidth=1e30, latency=1e-15)
+    slow = topologies.switch(4, bandwidth=1e8, latency=1e-5)   # 100 MB/s, 10 us
+    cm = ComputeModel(codec_scale=0.0)
+    p = emulator.replay(make_trace(), free, transport=transport, compute=cm)
+    assert p.comm_s < 1e-12
+    assert p.iteration_s == pytest.approx(COMPUTE_S, abs=1e-12)
+    assert p.exposed_comm_s < 1e-12
+    # The same iteration on slow links exposes the last bucket's collective (it is ready
+    # only when backward ends): the limit above is not vacuous.
+    q = emulator.replay(make_trace(), slow, transport=transport, compute=cm)
+    assert q.exposed_comm_s > 1e-4 and q.iteration_s > COMPUTE_S + 1e-4
+
+
+def chunk_payloads(payload: int, numel: int, p: int) -> list[int]:
+    """Bytes of the p chunks of a payload of ``numel`` elements (``torch.tensor_split`` sizes),
+    pro rata and rounded up: the replay's model of the scatter-reduce-allgather chunks."""
+    sizes = [numel // p + (1 if j < numel % p else 0) for j in range(p)]
+    return [-(-payload * s // numel) if s else 0 for s in sizes]
+
+
+def _bucket_collectives(G, transport: str, p: int) -> list[float]:
+    """Each bucket's collective seconds, simulated one by one (the replay's own maths not used)."""
+    ranks = list(range(p))
+    out = []
+    for _, c, r in BUCKETS:
+        if transport in ("fp32", "fp16"):
+            nbytes = (4 if transport == "fp32" else 2) * (c + r)
+            out.append(emulator.simulate(G, emulator.build_schedule("allreduce", "ring", ranks, nbytes,
+                                                                    graph=G)).time_s)
+            continue
+        t = 0.0
+        if c:
+            payload = qsgd.payload_nbytes(c, CFG4)
+            sizes = [payload] * p if transport == "qsgd_allgather" else chunk_payloads(payload, c, p)
+            t += emulator.simulate(G, emulator.build_schedule(
+                "allreduce", transport, ranks, 4 * c, graph=G, payload_bytes=sizes)).time_s
+        if r:
+            t += emulator.simulate(G, emulator.build_schedule("allreduce", "ring", ranks, 4 * r,
+                                                              graph=G)).time_s
+        out.append(t)
+    return out
+
+
+@pytest.mark.parametrize("transport", ALL)
+@pytest.mark.parametrize("spec, p", [("switch:4", 4), ("cluster:dgx_a100x2", 16)])
+def test_infinitely_fast_compute_is_the_sum_of_the_collectives(transport, spec, p):
+    G = topologies.from_spec(spec)
+    pred = emulator.replay(make_trace(), G, transport=transport, world_size=p,
+                           compute=ComputeModel(compute_scale=0.0, codec_scale=0.0))
+    each = _bucket_collectives(G, transport, p)
+    assert all(s > 0 for s in each)
+    assert pred.compute_s == 0.0
+    assert [b.comm_s for b in pred.buckets] == pytest.approx(each, rel=1e-9)
+    assert pred.iteration_s == pytest.approx(sum(each), rel=1e-9)
+    assert pred.exposed_comm_s == pytest.approx(pred.iteration_s, rel=1e-12)
+    # back to back on the one stream: each bucket starts when the previous one ends
+    for a, b in zip(pred.buckets, pred.buckets[1:]):
+        assert b.start_s == pytest.approx(a.end_s, rel=1e-12)
+
+
+def test_infinitely_fast_compute_with_a_codec_adds_encode_and_decode():
+    G = topologies.from_spec("switch:4")
+    pred = emulator.replay(make_trace(), G, transport="qsgd_scatter_reduce_allgather",
+                           compute=ComputeModel(compute_scale=0.0, codec_scale=1.0))
+    # mean encode 0.2 + 0.4 ms, decode half of that: 0.9 ms of codec on the stream
+    assert pred.encode_decode_s == pytest.approx(0.9e-3, rel=1e-12)
+    assert pred.iteration_s == pytest.approx(pred.comm_s + pred.encode_decode_s, rel=1e-12)
+    assert pred.comm_s > 0

@@ -1,0 +1,459 @@
+"""Studies: run_study's rows (order, columns, arithmetic, bytes), serial = local processes = a
+real Dask cluster, the CSV/JSON writers, the self-contained HTML report, config errors, and the
+``qsgd-emu study`` command end to end.
+
+The trace is hand-made (tests/emulator/test_replay_limits.py: 3 DDP buckets, 4-bit packed
+payloads of exact size, compute 6.3 ms per iteration, batch 8), so every figure below is
+deterministic; the grid is 2 topology specs x world sizes (2, 4) x {fp32, QSGD 8 and 4 bits over
+both transports}: 4 tasks, 20 rows.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import re
+from html.parser import HTMLParser
+
+import pytest
+
+import emulator
+import qsgd
+from emulator import cli
+from emulator.compute import ComputeModel
+from emulator.study import COLUMNS, StudyConfig, read_rows, run_study, topology_for, write_csv, write_json
+from tests.emulator.test_replay_limits import BUCKETS, chunk_payloads, make_trace
+
+TRACE = make_trace()
+SPECS = ("switch:{N}", "cluster:dgx_a100x{N}")
+SIZES = (2, 4)
+QSGD_T = ("qsgd_allgather", "qsgd_scatter_reduce_allgather")
+GRID = dict(world_sizes=SIZES, bits=(32, 8, 4), transports=("fp32", *QSGD_T), topologies=SPECS)
+#: (bits, transport) per (topology, world size), in row order
+COMBOS = [(32, "fp32"), (8, QSGD_T[0]), (8, QSGD_T[1]), (4, QSGD_T[0]), (4, QSGD_T[1])]
+
+
+def grid(**kw) -> StudyConfig:
+    return StudyConfig(trace=TRACE, **{**GRID, **kw})
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return run_study(grid())
+
+
+def expected_bytes_per_gpu(transport: str, bits: int, p: int) -> float:
+    """Mean bytes a GPU sends per iteration, from the payload sizes alone.
+
+    Ring allreduce of n bytes: 2 (p-1)/p n per GPU. QSGD all-gather: (p-1) payloads. QSGD
+    scatter-reduce-allgather: the p chunks go once to their owners and once around the ring,
+    2 (p-1)/p of their total. The uncompressed small tensors add a ring allreduce of their fp32.
+    """
+    ring = 2 * (p - 1) / p
+    if transport == "fp32":
+        return sum(ring * 4 * (c + r) for _, c, r in BUCKETS)
+    cfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=512, norm="max", codec="packed")
+    total = 0.0
+    for _, c, r in BUCKETS:
+        if c:
+            payload = qsgd.payload_nbytes(c, cfg)
+            if transport == "qsgd_allgather":
+                total += (p - 1) * payload
+            else:
+                total += ring * sum(chunk_payloads(payload, c, p))
+        total += ring * 4 * r
+    return total
+
+
+# ---------------------------------------------------------------- rows
+def test_rows_order_and_columns(rows):
+    assert len(rows) == len(SPECS) * len(SIZES) * len(COMBOS) == 20
+    want = [(s, w, b, t) for s in SPECS for w in SIZES for b, t in COMBOS]
+    assert [(r["topology"], r["world_size"], r["bits"], r["transport"]) for r in rows] == want
+    for r in rows:
+        assert tuple(r) == COLUMNS
+        assert r["model"] == "tiny" and r["batch_size"] == 8 and r["device"] == "measured"
+        assert r["algorithm"] == "ring"
+
+
+def test_rows_arithmetic(rows):
+    for i in range(0, len(rows), len(COMBOS)):
+        block = rows[i:i + len(COMBOS)]
+        fp32 = block[0]
+        assert fp32["transport"] == "fp32" and fp32["speedup_vs_fp32"] == 1.0
+        for r in block:
+            w = r["world_size"]
+            assert r["speedup_vs_fp32"] == pytest.approx(fp32["iteration_s"] / r["iteration_s"], rel=1e-12)
+            assert r["scaling_efficiency"] == pytest.approx(r["compute_s"] / r["iteration_s"], rel=1e-12)
+            assert r["throughput_samples_s"] == pytest.approx(w * 8 / r["iteration_s"], rel=1e-12)
+            assert r["compute_s"] == pytest.approx(6.3e-3, rel=1e-12)
+            assert r["compute_s"] + r["exposed_comm_s"] == pytest.approx(r["iteration_s"], rel=1e-12)
+            assert 0 < r["scaling_efficiency"] <= 1.0
+            if r["transport"] == "fp32":
+                assert r["encode_decode_s"] == 0.0
+            else:
+                # mean encode (0.2 + 0.4 ms) + decode (half): 0.9 ms measured at 4 bits; the
+                # 8-bit row scales them by payload bytes
+                if r["bits"] == 4:
+                    assert r["encode_decode_s"] == pytest.approx(0.9e-3, rel=1e-12)
+                    assert r["source"].startswith("measured payloads")
+                else:
+                    assert r["encode_decode_s"] > 0.9e-3
+                    assert r["source"].startswith("packed payload sizes at 8 bits")
+
+
+def test_bytes_per_gpu_follow_the_payload_sizes(rows):
+    for r in rows:
+        want = expected_bytes_per_gpu(r["transport"], r["bits"], r["world_size"])
+        assert r["bytes_per_gpu"] == pytest.approx(want, rel=1e-12), r
+    # fewer bits, fewer bytes; all-gather sends (p-1) payloads where the two-phase transport
+    # sends 2 (p-1)/p of one: the same at 2 GPUs (up to the chunks' rounding), twice at 4
+    by = {(r["topology"], r["world_size"], r["bits"], r["transport"]): r["bytes_per_gpu"] for r in rows}
+    for s in SPECS:
+        for t in QSGD_T:
+            for w in SIZES:
+                assert by[s, w, 4, t] < by[s, w, 8, t] < by[s, w, 32, "fp32"]
+        assert by[s, 2, 4, QSGD_T[0]] == pytest.approx(by[s, 2, 4, QSGD_T[1]], rel=1e-3)
+        assert by[s, 4, 4, QSGD_T[0]] == pytest.approx(2 * by[s, 4, 4, QSGD_T[1]], rel=0.02)
+
+
+def test_rows_match_single_replays(rows):
+    """Each row is the replay of its (topology, world size, transport, bits) on its own graph."""
+    for r in rows:
+        G = topology_for(r["topology"], r["world_size"])
+        pred = emulator.replay(TRACE, G, transport=r["transport"], world_size=r["world_size"],
+                               compute=ComputeModel(),
+                               bits=None if r["transport"] == "fp32" else r["bits"])
+        assert r["iteration_s"] == pytest.approx(pred.iteration_s, rel=1e-12)
+        assert r["exposed_comm_s"] == pytest.approx(pred.exposed_comm_s, rel=1e-12, abs=1e-15)
+
+
+def test_topology_placeholder_sizes_the_cluster():
+    import topologies
+
+    assert len(topologies.gpus(topology_for("switch:{N}", 4))) == 4
+    assert len(topologies.gpus(topology_for("cluster:dgx_a100x{N}", 4))) == 8     # one 8-GPU node
+    assert len(topologies.gpus(topology_for("cluster:dgx_a100x{N}", 12))) == 16   # two
+
+
+# ---------------------------------------------------------------- who runs the tasks
+def test_serial_and_two_local_processes_give_the_same_table(rows):
+    ticks1, ticks2 = [], []
+    serial = run_study(grid(), progress=lambda d, t: ticks1.append((d, t)))
+    parallel = run_study(grid(), workers=2, progress=lambda d, t: ticks2.append((d, t)))
+    assert serial == rows
+    assert parallel == serial
+    assert ticks1 == ticks2 == [(1, 4), (2, 4), (3, 4), (4, 4)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_real_local_dask_cluster_gives_the_same_rows(rows, tmp_path, capsys):
+    """A Dask LocalCluster started here (one worker process, one thread; no dashboard):
+    run_study(cluster=ADDRESS) and ``qsgd-emu study --cluster ADDRESS`` give the local rows."""
+    import distributed  # a dependency of the project (pyproject), never skipped
+    with distributed.LocalCluster(n_workers=1, processes=True, threads_per_worker=1,
+                                  dashboard_address=None, death_timeout=60) as cluster:
+        addr = cluster.scheduler_address
+        assert addr.startswith("tcp://")
+        ticks = []
+        got = run_study(grid(), cluster=addr, progress=lambda d, t: ticks.append(d))
+        assert got == rows and ticks == [1, 2, 3, 4]
+        trace_path = tmp_path / "trace.json"
+        TRACE.save(trace_path)
+        out = tmp_path / "study"
+        argv = _study_argv(trace_path, out) + ["--cluster", addr, "--json"]
+        assert cli.main(argv) == 0
+        printed = json.loads(capsys.readouterr().out)
+        assert printed == read_rows(out / "study.json") == _json_rows(rows)
+
+
+def test_unreachable_cluster_names_the_address():
+    from emulator.distributed import map_on_cluster
+
+    with pytest.raises(emulator.ConfigError, match=r"tcp://127\.0\.0\.1:9"):
+        map_on_cluster(abs, [1], "tcp://127.0.0.1:9", timeout_s=1.0)
+    with pytest.raises(emulator.ConfigError, match="cluster"):
+        run_study(grid(), cluster="")
+
+
+# ---------------------------------------------------------------- files
+def _json_rows(rows):
+    return json.loads(json.dumps(rows))
+
+
+def test_csv_round_trip(rows, tmp_path):
+    path = tmp_path / "study.csv"
+    write_csv(rows, path)
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        assert tuple(reader.fieldnames) == COLUMNS
+        back = list(reader)
+    assert len(back) == len(rows)
+    for r, b in zip(rows, back):
+        for k, v in r.items():
+            kind = type(v)
+            assert kind(b[k]) == v, (k, b[k], v)  # floats are written with repr: exact
+
+
+def test_json_round_trip_and_format(rows, tmp_path):
+    path = tmp_path / "study.json"
+    cfg = grid()
+    write_json(rows, path, cfg)
+    doc = json.loads(path.read_text())
+    assert doc["format"] == "qsgd-study" and doc["version"] == 1
+    assert doc["config"]["world_sizes"] == [2, 4] and doc["config"]["topologies"] == list(SPECS)
+    assert read_rows(path) == rows
+    doc["format"] = "something-else"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(emulator.TraceError, match="format"):
+        read_rows(path)
+    doc["format"], doc["version"] = "qsgd-study", 7
+    path.write_text(json.dumps(doc))
+    with pytest.raises(emulator.TraceError, match="version"):
+        read_rows(path)
+
+
+# ---------------------------------------------------------------- the report
+class _Scripts(HTMLParser):
+    """Collects every <script>'s attributes and text, and every <link>/<img> with a URL."""
+
+    def __init__(self):
+        super().__init__()
+        self.scripts, self.external, self._cur = [], [], None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "script":
+            self._cur = [a, ""]
+        for key in ("src", "href"):
+            if a.get(key) and tag in ("script", "link", "img", "iframe"):
+                self.external.append((tag, a[key]))
+
+    def handle_data(self, data):
+        if self._cur is not None:
+            self._cur[1] += data
+
+    def handle_endtag(self, tag):
+        if tag == "script" and self._cur is not None:
+            self.scripts.append(tuple(self._cur))
+            self._cur = None
+
+
+def plotly_figures(text: str) -> list[dict]:
+    """``{"data": [...], "layout": {...}}`` of every ``Plotly.newPlot(id, data, layout)`` call."""
+    dec = json.JSONDecoder()
+    figs = []
+    for m in re.finditer(r"Plotly\.newPlot\(\s*", text):
+        i = m.end()
+        _, i = dec.raw_decode(text, i)               # the div id
+        i = re.compile(r"\s*,\s*").match(text, i).end()
+        data, i = dec.raw_decode(text, i)
+        i = re.compile(r"\s*,\s*").match(text, i).end()
+        layout, i = dec.raw_decode(text, i)
+        figs.append({"data": data, "layout": layout})
+    return figs
+
+
+@pytest.fixture(scope="module")
+def report(rows, tmp_path_factory):
+    G = topology_for("switch:{N}", 4)
+    pred = emulator.replay(TRACE, G, transport="qsgd_allgather", world_size=4, bits=4)
+    path = tmp_path_factory.mktemp("report") / "report.html"
+    assert emulator.write_report(rows, path, prediction=pred, title="Tiny <study>",
+                                 notes="notes & things") == str(path)
+    return path
+
+
+def test_report_is_self_contained(report):
+    text = report.read_text(encoding="utf-8")
+    p = _Scripts()
+    p.feed(text)
+    p.close()
+    assert p.external == []  # no CDN script, stylesheet or image: it opens offline
+    assert len(p.scripts) >= 4
+    # plotly.js itself is inlined (once), the figures call it
+    lib = [s for a, s in p.scripts if "plotly.js" in s[:2000].lower() and len(s) > 1_000_000]
+    assert len(lib) == 1
+    assert text.count("Plotly.newPlot(") == 4
+    assert "<title>Tiny &lt;study&gt;</title>" in text and "notes &amp; things" in text
+
+
+def test_report_figures_have_the_expected_traces(report, rows):
+    figs = plotly_figures(report.read_text(encoding="utf-8"))
+    assert len(figs) == 4
+    labels = ["fp32", "qsgd_allgather 8b", "qsgd_scatter_reduce_allgather 8b",
+              "qsgd_allgather 4b", "qsgd_scatter_reduce_allgather 4b"]
+    for fig, col, title in ((figs[0], "throughput_samples_s", "Throughput"),
+                            (figs[1], "speedup_vs_fp32", "Speedup over fp32 allreduce")):
+        assert fig["layout"]["title"]["text"] == title
+        # one panel per topology, one line per (transport, bits) in each
+        assert [t["name"] for t in fig["data"]] == labels * len(SPECS)
+        for k, trace in enumerate(fig["data"]):
+            spec = SPECS[k // len(labels)]
+            bits, transport = COMBOS[k % len(labels)]
+            assert trace["x"] == list(SIZES)
+            want = [r[col] for r in rows if r["topology"] == spec and r["bits"] == bits
+                    and r["transport"] == transport]
+            assert trace["y"] == pytest.approx(want, rel=1e-12)
+    bars = figs[2]
+    assert [t["name"] for t in bars["data"]] == ["compute", "exposed communication",
+                                                 "encode/decode (total, partly hidden)"]
+    big = [r for r in rows if r["world_size"] == 4]
+    assert bars["data"][0]["y"] == pytest.approx([1e3 * r["compute_s"] for r in big])
+    assert bars["data"][1]["y"] == pytest.approx([1e3 * r["exposed_comm_s"] for r in big])
+    timeline = figs[3]
+    assert [t["name"] for t in timeline["data"]] == ["wait", "encode", "collective", "decode"]
+    assert timeline["data"][0]["y"] == ["bucket 0", "bucket 1", "bucket 2"]
+
+
+def test_report_table_lists_every_row(report, rows):
+    text = report.read_text(encoding="utf-8")
+    table = text[text.index("<h2>Rows</h2>"):]
+    assert table.count("<tr>") == len(rows) + 1
+
+
+def test_report_without_rows_is_refused(tmp_path):
+    with pytest.raises(emulator.ConfigError, match="rows"):
+        emulator.write_report([], tmp_path / "r.html")
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_report_opens_offline_in_a_browser(report):
+    """Headless Chromium (Debian's, via Playwright) with every non-file request blocked draws
+    all four figures from the file alone."""
+    import shutil
+
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if not exe:
+        pytest.skip("Debian's chromium is not installed (apt-get install -y chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, headless=True,
+                                     args=["--headless", "--no-sandbox", "--disable-gpu"])
+        try:
+            page = browser.new_page()
+            requested, errors = [], []
+            page.route("**/*", lambda route: (requested.append(route.request.url),
+                                              route.continue_() if route.request.url.startswith("file:")
+                                              else route.abort()))
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
+            page.goto(report.as_uri())
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4",
+                                   timeout=60_000)
+            names = page.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot'))"
+                                  ".map(d => d.data.map(t => t.name))")
+        finally:
+            browser.close()
+    assert errors == []
+    assert [u for u in requested if not u.startswith("file:")] == []
+    assert len(names) == 4 and names[2][0] == "compute" and names[3][0] == "wait"
+
+
+# ---------------------------------------------------------------- config errors
+@pytest.mark.parametrize("kw, field", [
+    ({"trace": {"model": "x"}}, "trace"),
+    ({"world_sizes": ()}, "world_sizes"),
+    ({"world_sizes": (2, 0)}, "world_sizes"),
+    ({"world_sizes": "2,4"}, "world_sizes"),
+    ({"bits": (32, 1)}, "bits"),
+    ({"bits": (17,)}, "bits"),
+    ({"transports": ("fp8",)}, "transports"),
+    ({"topologies": ("",)}, "topologies"),
+    ({"device": "B200"}, "device"),
+    ({"compute": "fast"}, "compute"),
+])
+def test_config_errors_name_the_field(kw, field):
+    args = {**GRID, "trace": TRACE, **kw}
+    with pytest.raises(emulator.ConfigError, match=rf"StudyConfig\.{field}"):
+        StudyConfig(**args)
+
+
+def test_run_errors_before_any_work():
+    with pytest.raises(emulator.ConfigError, match="no .bits, transport. pair"):
+        run_study(grid(bits=(16,), transports=("fp32",)))
+    with pytest.raises(emulator.ConfigError, match="fewer than world_size=4"):
+        run_study(grid(topologies=("switch:2",)))
+    with pytest.raises(ValueError, match="nosuchfamily"):
+        run_study(grid(topologies=("switch:{N}", "nosuchfamily:{N}")))
+    with pytest.raises(emulator.ConfigError, match="workers"):
+        run_study(grid(), workers=0)
+
+
+# ---------------------------------------------------------------- the command
+def _study_argv(trace_path, out) -> list[str]:
+    return ["study", "--trace", str(trace_path), "--world-sizes", "2,4", "--bits", "32,8,4",
+            "--transports", "fp32," + ",".join(QSGD_T), "--topology", SPECS[0], "--topology", SPECS[1],
+            "--out", str(out)]
+
+
+def test_study_command_end_to_end(rows, tmp_path, capsys):
+    trace_path = tmp_path / "trace.json"
+    TRACE.save(trace_path)
+    out = tmp_path / "out"
+    assert cli.main(_study_argv(trace_path, out)) == 0
+    cap = capsys.readouterr()
+    # the progress bar goes to stderr, the table to stdout
+    assert "study [" in cap.err and "4/4" in cap.err and "#" * 30 in cap.err
+    assert "4/4" not in cap.out
+    lines = cap.out.splitlines()
+    assert lines[0].split()[:4] == ["topology", "GPUs", "bits", "transport"]
+    assert sum(1 for ln in lines if ln.startswith(("switch:{N}", "cluster:dgx_a100x{N}"))) == len(rows)
+    assert "study.csv" in cap.out and "report.html" in cap.out
+    assert read_rows(out / "study.json") == _json_rows(rows)
+    with open(out / "study.csv", newline="") as f:
+        assert len(list(csv.DictReader(f))) == len(rows)
+    figs = plotly_figures((out / "report.html").read_text(encoding="utf-8"))
+    assert len(figs) == 4  # three study figures and the timeline of the fastest QSGD row
+    fastest = min((r for r in rows if r["topology"] == SPECS[0] and r["world_size"] == 4
+                   and r["transport"] != "fp32"), key=lambda r: r["iteration_s"])
+    assert f"Bucket timeline: {fastest['transport']}, 4 GPUs" in figs[3]["layout"]["title"]["text"]
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--world-sizes", "2,x"], "--world-sizes must be comma-separated integers"),
+    (["--transports", "fp8"], "transports"),
+    (["--topology", "nosuchfamily:4"], "nosuchfamily"),
+    (["--device", "B200"], "device"),
+])
+def test_study_command_bad_options_exit_2(tmp_path, capsys, extra, needle):
+    trace_path = tmp_path / "trace.json"
+    TRACE.save(trace_path)
+    argv = ["study", "--trace", str(trace_path), "--world-sizes", "2", "--bits", "32",
+            "--out", str(tmp_path / "o")] + extra
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:  # argparse's own errors
+        code = exc.code
+    assert code == 2
+    assert needle in capsys.readouterr().err
+    assert not (tmp_path / "o" / "study.csv").exists()
+
+
+def test_study_command_bad_trace_names_the_field(tmp_path, capsys):
+    doc = TRACE.to_dict()
+    doc["iterations"][1]["buckets"][0]["raw_bytes"] = 3
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    assert cli.main(["study", "--trace", str(path), "--out", str(tmp_path / "o")]) == 2
+    assert "iterations[1].buckets[0].raw_bytes" in capsys.readouterr().err
+
+
+def test_study_command_timeline_uses_the_rows_compute_model(tmp_path, capsys):
+    """With a target device, the host is measured once: the report's timeline (end of
+    backward) is on the same compute model as the rows (a CPU trace scaled to A100 here)."""
+    trace_path = tmp_path / "trace.json"
+    TRACE.save(trace_path)
+    out = tmp_path / "o"
+    assert cli.main(["study", "--trace", str(trace_path), "--world-sizes", "4", "--bits", "32,4",
+                     "--topology", "switch:{N}", "--device", "A100", "--out", str(out)]) == 0
+    capsys.readouterr()
+    rows_ = read_rows(out / "study.json")
+    assert rows_[0]["device"] == "A100" and rows_[0]["compute_s"] < 6.3e-3
+    timeline = plotly_figures((out / "report.html").read_text(encoding="utf-8"))[3]
+    (line,) = [s for s in timeline["layout"]["shapes"] if s.get("x0") == s.get("x1")]
+    # forward + backward = 6.2 of the 6.3 ms of compute, whatever the scale
+    assert line["x0"] == pytest.approx(1e3 * rows_[0]["compute_s"] * 6.2 / 6.3, rel=1e-9)
+    # and the timeline shows a QSGD row (the fastest of them), not fp32
+    assert "Bucket timeline: qsgd_" in timeline["layout"]["title"]["text"]
