@@ -24,6 +24,7 @@ import numpy as np
 import simpy
 
 from .collectives import Schedule, build_schedule
+from .critical_path import contention_free
 from .errors import ConfigError, SimulationError
 from .faults import Fault
 from .result import CollectiveResult, LinkUsage
@@ -90,8 +91,16 @@ class _Network:
                               f"({n_gpus} GPUs, ranks 0..{n_gpus - 1})")
         router = topologies.Router(G)
         net = schedule.src != schedule.dst
-        key = schedule.src * n_gpus + schedule.dst
-        pairs, self.pair_of = np.unique(np.where(net, key, -1), return_inverse=True)
+        key = np.where(net, schedule.src * n_gpus + schedule.dst, -1)
+        if n_gpus * n_gpus <= 1 << 26:
+            # Pairs by a presence table over all n^2 keys: linear, where np.unique sorts the
+            # millions of transfers of a big ring (0.5 s at 1024 GPUs).
+            seen = np.zeros(n_gpus * n_gpus + 1, dtype=bool)
+            seen[key + 1] = True
+            pairs = np.flatnonzero(seen) - 1
+            self.pair_of = (np.cumsum(seen) - 1)[key + 1]
+        else:
+            pairs, self.pair_of = np.unique(key, return_inverse=True)
         self.chan_ids: dict = {}
         ptr, chans, lat = [0], [], []
         for k in pairs.tolist():
@@ -124,9 +133,9 @@ class _Network:
 class _Run:
     """State of one simulation; :meth:`process` is the SimPy process."""
 
-    def __init__(self, G, schedule: Schedule, delays: dict):
+    def __init__(self, net: "_Network", schedule: Schedule, earliest: np.ndarray):
         self.s = schedule
-        self.net = _Network(G, schedule)
+        self.net = net
         n = len(schedule)
         self.n = n
         self.remaining = np.diff(schedule.dep_ptr).astype(np.int64)
@@ -135,19 +144,18 @@ class _Run:
         self.rev_idx = owners[order]
         self.rev_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(schedule.dep_idx, minlength=n), out=self.rev_ptr[1:])
-        self.earliest = np.zeros(n)
-        for rank, d in delays.items():
-            self.earliest[schedule.src == rank] = d
+        self.earliest = earliest
         self.start_t = np.full(n, np.nan)
         self.arrive_t = np.full(n, np.nan)
         self.starts: list = []     # heap of (time, seq, indices) whose flows start then
         self.arrivals: list = []   # heap of (time, seq, indices) that arrive then
         self.seq = itertools.count()
-        self.act = np.empty(0, dtype=np.int64)
-        self.rem = np.empty(0)
-        self.rate = np.empty(0)
-        self.act_entries = (np.empty(0, np.int64), np.empty(0, np.int64))
+        self.act = np.empty(0, dtype=np.int64)    # active flows (transfer indices)
+        self.rate = np.empty(0)                      # their rates, bytes/s
+        self.fin = np.empty(0)                       # when their last byte leaves, s
         nch = len(self.net.channels)
+        self.ch_count = np.zeros(nch, dtype=np.int64)  # active flows per channel
+        self.loaded = np.empty(0, dtype=np.int64)
         self.ch_bytes = np.zeros(nch, dtype=np.int64)
         self.ch_busy = np.zeros(nch)
         self.ch_peak = np.zeros(nch)
@@ -178,42 +186,83 @@ class _Run:
         self.remaining[uniq] -= cnt
         self._ready(uniq[self.remaining[uniq] == 0], t)
 
-    def _start(self, idx: np.ndarray, t: float) -> bool:
-        """Start flows; returns True when the set of active flows changed."""
+    def _start(self, idx: np.ndarray, t: float) -> None:
+        """Start the transfers ``idx`` at ``t``: flows join, empty ones just travel."""
         self.start_t[idx] = t
         pair = self.net.pair_of[idx]
         size = self.s.size[idx]
         local = self.s.src[idx] == self.s.dst[idx]
         instant = local | (size == 0)   # no bytes to send: arrives after the path latency
         if instant.any():
-            lat = self.net.pair_lat[pair[instant]]
-            ids = idx[instant]
-            for when in np.unique(lat):
-                heapq.heappush(self.arrivals, (t + float(when), next(self.seq), ids[lat == when]))
+            self._travel(idx[instant], t)
         flows = idx[~instant]
         if not len(flows):
-            return False
+            return
         flow, chan = self.net.entries(self.net.pair_of[flows])
-        self.ch_bytes += np.bincount(chan, weights=np.repeat(self.s.size[flows],
-                                                              np.bincount(flow)),
+        nbytes = self.s.size[flows].astype(float)
+        self.ch_bytes += np.bincount(chan, weights=nbytes[flow],
                                      minlength=len(self.ch_bytes)).astype(np.int64)
+        # Fast path: flows on channels nobody else uses change nobody's rate; each runs at the
+        # bandwidth of its slowest channel.
+        if not self.ch_count[chan].any() and len(np.unique(chan)) == len(chan):
+            starts = np.concatenate([[0], np.cumsum(np.bincount(flow))[:-1]])
+            rate = np.minimum.reduceat(self.net.capacity[chan], starts)
+            self.ch_count[chan] += 1
+            self._set_load(chan, rate[flow])
+            self.act = np.concatenate([self.act, flows])
+            self.rate = np.concatenate([self.rate, rate])
+            self.fin = np.concatenate([self.fin, t + nbytes / rate])
+            return
+        rem = self._remaining(t)
         self.act = np.concatenate([self.act, flows])
-        self.rem = np.concatenate([self.rem, self.s.size[flows].astype(float)])
-        return True
+        self._reallocate(np.concatenate([rem, nbytes]), t)
 
-    def _reallocate(self) -> None:
+    def _travel(self, idx: np.ndarray, t: float) -> None:
+        """Transfers whose last byte left at ``t`` arrive one path latency later."""
+        lat = self.net.pair_lat[self.net.pair_of[idx]]
+        for when in np.unique(lat):
+            heapq.heappush(self.arrivals, (t + float(when), next(self.seq), idx[lat == when]))
+
+    def _remaining(self, t: float) -> np.ndarray:
+        """Bytes still to send of each active flow at ``t``."""
+        return np.maximum((self.fin - t) * self.rate, 0.0)
+
+    def _set_load(self, chan: np.ndarray, load: np.ndarray) -> None:
+        self.load[chan] = load
+        np.maximum.at(self.ch_peak, chan, load / self.net.capacity[chan])
+        self.loaded = np.flatnonzero(self.load > 0)
+
+    def _reallocate(self, rem: np.ndarray, t: float) -> None:
+        """Max-min fair rates of every active flow, from their remaining bytes at ``t``."""
         flow, chan = self.net.entries(self.net.pair_of[self.act])
-        self.act_entries = (flow, chan)
         self.rate = max_min_rates(flow, chan, self.net.capacity, len(self.act))
-        self.load = np.bincount(chan, weights=self.rate[flow], minlength=len(self.load))
-        np.maximum(self.ch_peak, self.load / self.net.capacity, out=self.ch_peak)
+        self.fin = t + rem / self.rate
+        self.ch_count = np.bincount(chan, minlength=len(self.load))
+        self.load = np.zeros(len(self.load))
+        self._set_load(chan, np.bincount(chan, weights=self.rate[flow], minlength=len(self.load))[chan])
+
+    def _finish(self, t: float) -> None:
+        """Flows whose last byte leaves at ``t`` (to a relative tolerance) leave the network."""
+        gone = self.fin <= t + _REL_TOL * max(t, 1e-300)
+        ids = self.act[gone]
+        self._travel(ids, t)
+        flow, chan = self.net.entries(self.net.pair_of[ids])
+        keep = ~gone
+        if np.all(self.ch_count[chan] == 1):
+            # Fast path: they had their channels to themselves; nobody else speeds up.
+            self.ch_count[chan] = 0
+            self._set_load(chan, np.zeros(len(chan)))
+            self.act, self.rate, self.fin = self.act[keep], self.rate[keep], self.fin[keep]
+            return
+        rem = self._remaining(t)[keep]
+        self.act = self.act[keep]
+        self._reallocate(rem, t)
 
     # -- the SimPy process --------------------------------------------------------------
     def process(self, env: simpy.Environment):
         self._ready(np.flatnonzero(self.remaining == 0), 0.0)
         while True:
             t = env.now
-            changed = False
             # Everything due now, until nothing more is: arrivals release dependants, whose
             # starts (with no local work) are due now too.
             while True:
@@ -224,80 +273,66 @@ class _Run:
                     moved = True
                 while self.starts and self.starts[0][0] <= t:
                     _, _, idx = heapq.heappop(self.starts)
-                    changed |= self._start(idx, t)
+                    self._start(idx, t)
                     moved = True
                 if not moved:
                     break
-            if changed:
-                self._reallocate()
             nxt = []
             if self.starts:
                 nxt.append(self.starts[0][0])
             if self.arrivals:
                 nxt.append(self.arrivals[0][0])
-            if len(self.act):
-                finish = self.rem / self.rate
-                nxt.append(t + float(finish.min()))
-            if not nxt:
-                return
+            t_fin = float(self.fin.min()) if len(self.act) else np.inf
+            nxt.append(t_fin)
             t_next = min(nxt)
-            dt = t_next - t
+            if t_next == np.inf:
+                return
             self.events += 1
-            yield env.timeout(dt)
-            if len(self.act):
-                self.ch_busy[self.load > 0] += dt
-                finish = self.rem / self.rate
-                gone = finish <= dt * (1 + _REL_TOL)
-                self.rem = self.rem - self.rate * dt
-                if gone.any():
-                    ids = self.act[gone]
-                    lat = self.net.pair_lat[self.net.pair_of[ids]]
-                    for when in np.unique(lat):
-                        heapq.heappush(self.arrivals, (env.now + float(when), next(self.seq),
-                                                       ids[lat == when]))
-                    keep = ~gone
-                    self.act, self.rem = self.act[keep], self.rem[keep]
-                    self._reallocate()
+            self.ch_busy[self.loaded] += t_next - t
+            yield env.timeout(t_next - t)
+            if t_fin <= env.now:
+                self._finish(env.now)
 
     def result(self) -> CollectiveResult:
-        s = self.s
         if self.done != self.n:
             stuck = np.flatnonzero(np.isnan(self.arrive_t))[:5]
             raise SimulationError(f"{self.n - self.done} of {self.n} transfers never ran "
                                   f"(dependencies never satisfied), e.g. transfers "
-                                  f"{s.ids[stuck].tolist()}")
-        time_s = float(np.max(self.arrive_t)) if self.n else 0.0
-        ranks = s.ranks
-        pos = {r: i for i, r in enumerate(ranks)}
-        first = np.full(len(ranks), np.inf)
-        last = np.zeros(len(ranks))
-        if self.n:
-            si = np.array([pos[r] for r in s.src.tolist()]) if len(ranks) < 64 else \
-                np.searchsorted(np.array(sorted(ranks)), s.src)
-            di = np.array([pos[r] for r in s.dst.tolist()]) if len(ranks) < 64 else \
-                np.searchsorted(np.array(sorted(ranks)), s.dst)
-            if len(ranks) >= 64:  # map sorted positions back to the order of ``ranks``
-                back = np.argsort(np.array(ranks))
-                si, di = back[si], back[di]
-            np.minimum.at(first, si, self.start_t)
-            np.maximum.at(last, si, self.arrive_t)
-            np.maximum.at(last, di, self.arrive_t)
-        first[np.isinf(first)] = 0.0
-        links = tuple(
-            LinkUsage(str(u), str(v), float(self.net.capacity[k]), int(self.ch_bytes[k]),
-                      float(self.ch_busy[k]), float(min(self.ch_peak[k], 1.0)))
-            for k, (u, v) in enumerate(self.net.channels) if self.ch_bytes[k] > 0)
-        network = s.src != s.dst
-        sent = int(s.size[network].sum())
-        received = int(s.size[network & ~np.isnan(self.arrive_t)].sum())
-        return CollectiveResult(op=s.op, algorithm=s.algorithm, nbytes=s.nbytes, ranks=ranks,
-                                time_s=time_s, rank_start_s=tuple(first.tolist()),
-                                rank_finish_s=tuple(last.tolist()), links=links,
-                                flows=int(network.sum()), bytes_sent=sent,
-                                bytes_received=received, events=self.events)
+                                  f"{self.s.ids[stuck].tolist()}")
+        return _result(self.s, self.net, self.start_t, self.arrive_t, self.ch_bytes,
+                       self.ch_busy, self.ch_peak, self.events)
 
 
-def simulate(G, schedule: Schedule, *, faults=()) -> CollectiveResult:
+def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch_peak,
+            events: int) -> CollectiveResult:
+    """The :class:`CollectiveResult` of transfer times (s) and per-channel usage."""
+    time_s = float(np.max(arrive_t)) if len(s) else 0.0
+    ranks = s.ranks
+    first = np.full(len(ranks), np.inf)
+    last = np.zeros(len(ranks))
+    if len(s):
+        pos = np.zeros(max(ranks) + 1, dtype=np.int64)   # rank -> its place in ``ranks``
+        pos[list(ranks)] = np.arange(len(ranks))
+        si, di = pos[s.src], pos[s.dst]
+        np.minimum.at(first, si, start_t)
+        np.maximum.at(last, si, arrive_t)
+        np.maximum.at(last, di, arrive_t)
+    first[np.isinf(first)] = 0.0
+    links = tuple(
+        LinkUsage(str(u), str(v), float(net.capacity[k]), int(ch_bytes[k]),
+                  float(ch_busy[k]), float(min(ch_peak[k], 1.0)))
+        for k, (u, v) in enumerate(net.channels) if ch_bytes[k] > 0)
+    network = s.src != s.dst
+    sent = int(s.size[network].sum())
+    received = int(s.size[network & ~np.isnan(arrive_t)].sum())
+    return CollectiveResult(op=s.op, algorithm=s.algorithm, nbytes=s.nbytes, ranks=ranks,
+                            time_s=time_s, rank_start_s=tuple(first.tolist()),
+                            rank_finish_s=tuple(last.tolist()), links=links,
+                            flows=int(network.sum()), bytes_sent=sent,
+                            bytes_received=received, events=events)
+
+
+def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -> CollectiveResult:
     """Run ``schedule`` over topology ``G`` and return what happened.
 
     Parameters
@@ -334,7 +369,16 @@ def simulate(G, schedule: Schedule, *, faults=()) -> CollectiveResult:
     for r in delays:
         if r not in schedule.ranks:
             raise ConfigError(f"Straggler: rank {r} does not take part (ranks {list(schedule.ranks)[:8]}...)")
-    run = _Run(G, schedule, delays)
+    net = _Network(G, schedule)
+    earliest = np.zeros(len(schedule))
+    for rank, d in delays.items():
+        earliest[schedule.src == rank] = d
+    if not _force_events:
+        fast = contention_free(net, schedule, earliest)
+        if fast is not None:
+            return _result(schedule, net, fast["start_s"], fast["arrive_s"], fast["bytes"],
+                           fast["busy_s"], fast["peak"], events=0)
+    run = _Run(net, schedule, earliest)
     env = simpy.Environment()
     env.process(run.process(env))
     env.run()

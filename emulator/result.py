@@ -55,7 +55,9 @@ class CollectiveResult:
     bytes_sent, bytes_received : int
         Totals over all transfers (equal when every byte arrived).
     events : int
-        Engine steps taken (rate recomputations happen only at flow starts and ends).
+        Steps of the event engine (rate recomputations happen only at flow starts and ends);
+        0 when no two flows ever shared a channel and the contention-free pass
+        (:mod:`emulator.critical_path`) gave the times without stepping.
     """
 
     op: str
