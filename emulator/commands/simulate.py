@@ -1,0 +1,313 @@
+"""``qsgd-emu simulate``: one collective, or a nccl-tests size sweep, over a topology.
+
+Examples::
+
+    qsgd-emu simulate --topology fat_tree:k=8,bw=100Gbit --op allreduce --algorithm ring \\
+        --bytes 256MB
+    qsgd-emu simulate --topology dgx_a100 --min-bytes 8 --max-bytes 4GiB --factor 2
+    qsgd-emu simulate --topology ring:8 --bytes 64MB --degrade gpu0,gpu1,0.5 --straggler 3,20us
+
+One collective prints its time, algbw, busbw, flows, engine events, the peak link
+utilization and the busiest links. A sweep prints the columns of nccl-tests'
+``all_reduce_perf`` (time in us, bandwidths in GB/s with GB = 1e9 bytes), so a prediction
+can be read next to a real log. Sizes are decimal unless binary is asked for: ``4GB`` is
+4e9 bytes, ``4GiB`` is what nccl-tests means by ``-e 4G``. ``--json`` prints the result
+(or the list of rows) with SI values: seconds and bytes/s.
+
+Faults are what-ifs applied to a copy of the topology: ``--degrade U,V,FACTOR`` (link U-V at
+FACTOR of its bandwidth), ``--remove U,V`` (link down, flows re-route) and
+``--straggler RANK,DELAY`` (RANK starts DELAY late, e.g. ``3,20us``). U and V are node ids
+(see ``qsgd-emu topology SPEC --json``) or GPU ranks. Each option may be repeated.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+import topologies
+
+#: option -> (number of comma-separated fields, their names, help); parsers in _FAULT_PARSERS
+_FAULT_FORMS = {
+    "--degrade": (3, "U,V,FACTOR", "link U-V runs at FACTOR (0 < FACTOR <= 1) of its bandwidth; "
+                  "repeatable"),
+    "--remove": (2, "U,V", "link U-V is down (flows re-route); repeatable"),
+    "--straggler": (2, "RANK,DELAY", "rank RANK starts DELAY late (e.g. 3,20us); repeatable"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--topology", required=True, metavar="SPEC",
+                        help="topology spec (ring:8, fat_tree:k=8,bw=100Gbit, dgx_a100, ...) "
+                             "or a .json/.yaml/.graphml file")
+    parser.add_argument("--op", default="allreduce",
+                        help="collective: allreduce, allgather, reduce_scatter, broadcast, "
+                             "alltoall (default allreduce)")
+    parser.add_argument("--algorithm", default="ring", help="algorithm (default ring)")
+    parser.add_argument("--bytes", metavar="SIZE",
+                        help="one collective of SIZE (e.g. 256MB, 64MiB; nccl-tests convention: "
+                             "per rank for allreduce, the total for allgather/reduce_scatter)")
+    parser.add_argument("--min-bytes", metavar="SIZE", help="sweep: first size (nccl-tests -b)")
+    parser.add_argument("--max-bytes", metavar="SIZE", help="sweep: largest size (nccl-tests -e)")
+    parser.add_argument("--factor", default="2", help="sweep: size ratio, > 1 (nccl-tests -f; "
+                        "default 2)")
+    parser.add_argument("--dtype", default="float32",
+                        help="sweep: element type of the count column (default float32)")
+    parser.add_argument("--chunks", default="1", help="pipelining chunks per message (default 1)")
+    parser.add_argument("--ranks", metavar="N", help="use GPU ranks 0..N-1 (default all GPUs)")
+    parser.add_argument("--top", default="5", help="busiest links to list (default 5)")
+    for option, (_, form, help_text) in _FAULT_FORMS.items():
+        parser.add_argument(option, action="append", default=[], metavar=form, help=help_text)
+    parser.add_argument("--json", action="store_true", help="print JSON (SI units)")
+
+
+# -- parsing at the edge: every error names the option and the value ----------------------
+def _int_option(option: str, text: str, minimum: int) -> int:
+    try:
+        value = int(text)
+    except (TypeError, ValueError):
+        raise ValueError(f"{option} {text!r} is not an integer") from None
+    if value < minimum:
+        raise ValueError(f"{option} {text!r} must be >= {minimum}")
+    return value
+
+
+def _size_option(option: str, text: str) -> int:
+    try:
+        value = topologies.parse_bytes(text)
+    except ValueError as exc:
+        raise ValueError(f"{option}: {exc}") from None
+    if value < 1:
+        raise ValueError(f"{option} {text!r} must be at least 1 byte")
+    return value
+
+
+def _factor_option(text: str) -> float | int:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"--factor {text!r} is not a number") from None
+    if not value > 1 or value == float("inf"):
+        raise ValueError(f"--factor {text!r} must be a finite number > 1")
+    return int(value) if value.is_integer() else value
+
+
+def _node(G, order, option: str, spec: str, text: str):
+    """A node id of ``G``, or the GPU of a rank."""
+    if text in G:
+        return text
+    try:
+        rank = int(text)
+    except ValueError:
+        raise ValueError(f"{option} {spec!r}: {text!r} is neither a node id nor a GPU rank "
+                         f"of the topology") from None
+    if not 0 <= rank < len(order):
+        raise ValueError(f"{option} {spec!r}: rank {rank} is out of range 0..{len(order) - 1}")
+    return order[rank]
+
+
+def _link(G, order, option: str, spec: str, u: str, v: str) -> tuple:
+    a, b = _node(G, order, option, spec, u), _node(G, order, option, spec, v)
+    if not G.has_edge(a, b):
+        raise ValueError(f"{option} {spec!r}: there is no link {a} - {b} in the topology")
+    return a, b
+
+
+def _degrade(G, order, nranks, spec, u, v, factor):
+    import emulator
+
+    a, b = _link(G, order, "--degrade", spec, u, v)
+    try:
+        return emulator.DegradedLink(a, b, float(factor))
+    except ValueError:
+        raise ValueError(f"--degrade {spec!r}: FACTOR {factor!r} must be a number in "
+                         f"(0, 1]") from None
+
+
+def _remove(G, order, nranks, spec, u, v):
+    import emulator
+
+    return emulator.RemovedLink(*_link(G, order, "--remove", spec, u, v))
+
+
+def _straggler(G, order, nranks, spec, rank, delay):
+    import emulator
+
+    r = _int_option(f"--straggler {spec!r}: RANK", rank, 0)
+    if r >= nranks:
+        raise ValueError(f"--straggler {spec!r}: rank {r} does not take part "
+                         f"(ranks 0..{nranks - 1})")
+    try:
+        return emulator.Straggler(r, topologies.parse_time(delay))
+    except ValueError as exc:
+        raise ValueError(f"--straggler {spec!r}: {exc}") from None
+
+
+_FAULT_PARSERS = {"--degrade": _degrade, "--remove": _remove, "--straggler": _straggler}
+
+
+def parse_faults(args, G, nranks: int) -> list:
+    """The :class:`emulator.Fault` objects of the ``--degrade/--remove/--straggler`` options.
+
+    Each fault is applied to one working copy of ``G`` as it is parsed, so a link removed
+    twice, or removals that partition the cluster only together, are reported here, naming
+    the option, rather than in the middle of a simulation.
+    """
+    import emulator
+
+    order = topologies.gpus(G)
+    work = G.copy()
+    faults = []
+    for option, (fields, form, _) in _FAULT_FORMS.items():
+        for spec in getattr(args, option.lstrip("-")):
+            parts = [p.strip() for p in spec.split(",")]
+            if len(parts) != fields or not all(parts):
+                raise ValueError(f"{option} {spec!r}: expected {form}")
+            fault = _FAULT_PARSERS[option](work, order, nranks, spec, *parts)
+            try:
+                fault.apply(work)
+            except (ValueError, emulator.SimulationError) as exc:
+                raise ValueError(f"{option} {spec!r}: {exc}") from None
+            faults.append(fault)
+    return faults
+
+
+def _describe(fault) -> str:
+    import emulator
+
+    if isinstance(fault, emulator.DegradedLink):
+        return f"degrade {fault.u}-{fault.v} x{fault.factor:g}"
+    if isinstance(fault, emulator.RemovedLink):
+        return f"remove {fault.u}-{fault.v}"
+    return f"straggler rank {fault.rank} +{fault.delay_s * 1e6:g} us"
+
+
+# -- output ----------------------------------------------------------------------------------
+def nccl_time(seconds: float) -> str:
+    """A time in us with nccl-tests' precision: 2 decimals below 100 us, 1 below 10 ms."""
+    us = seconds * 1e6
+    return f"{us:7.0f}" if us >= 1e4 else f"{us:7.1f}" if us >= 100 else f"{us:7.2f}"
+
+
+def format_sweep(rows: list[dict], title: str = "") -> str:
+    """Rows of :func:`emulator.size_sweep` as nccl-tests' table (widths of src/common.cu)."""
+    lines = [f"# {title}"] if title else []
+    lines += [
+        "#",
+        f"# {'size':>10}  {'count':>12}  {'type':>8}  {'redop':>6}  {'time':>7}  {'algbw':>6}  "
+        f"{'busbw':>6}",
+        f"# {'(B)':>10}  {'(elements)':>12}  {'':>8}  {'':>6}  {'(us)':>7}  {'(GB/s)':>6}  "
+        f"{'(GB/s)':>6}",
+    ]
+    for r in rows:
+        lines.append(f"{r['size']:>12}  {r['count']:>12}  {r['type']:>8}  {r['redop']:>6}  "
+                     f"{nccl_time(r['time_s'])}  {r['algbw'] / 1e9:6.2f}  {r['busbw'] / 1e9:6.2f}")
+    avg = sum(r["busbw"] for r in rows) / len(rows) / 1e9
+    lines += [f"# Avg bus bandwidth    : {avg:g} ", "#"]
+    return "\n".join(lines)
+
+
+def busiest_links(result, top: int) -> list[dict]:
+    """The ``top`` channels with the highest mean utilization (bytes / (capacity * time))."""
+    ranked = sorted(result.links, key=lambda l: (-l.utilization(result.time_s), l.u, l.v))
+    return [{"u": l.u, "v": l.v, "capacity": l.capacity, "bytes": l.bytes, "busy_s": l.busy_s,
+             "utilization": l.utilization(result.time_s), "peak_utilization": l.peak_utilization}
+            for l in ranked[:top]]
+
+
+def format_result(result, topology: str, faults: list, top: int) -> str:
+    p = len(result.ranks)
+    rows = [
+        ("topology", topology),
+        ("collective", f"{result.op} by {result.algorithm}, {p} ranks, {result.nbytes:,} B"),
+        ("time", f"{result.time_s * 1e6:,.2f} us"),
+        ("algbw", f"{result.algbw / 1e9:,.2f} GB/s"),
+        ("busbw", f"{result.busbw / 1e9:,.2f} GB/s (algbw x {result.busbw / result.algbw:.4g})"),
+        ("flows", f"{result.flows:,}"),
+        ("events", f"{result.events:,}"),
+        ("peak link utilization", f"{result.peak_utilization * 100:.1f} %"),
+    ]
+    if faults:
+        rows.insert(2, ("faults", "; ".join(_describe(f) for f in faults)))
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    links = busiest_links(result, top)
+    if links:
+        lines.append("busiest links (mean utilization = bytes / (capacity x time)):")
+        name_w = max(len(f"{l['u']} -> {l['v']}") for l in links)
+        for l in links:
+            lines.append(f"  {l['u'] + ' -> ' + l['v']:<{name_w}}  {l['utilization'] * 100:5.1f} %"
+                         f"  peak {l['peak_utilization'] * 100:5.1f} %  {l['bytes']:>14,} B  "
+                         f"{l['capacity'] / 1e9:,.2f} GB/s")
+    return "\n".join(lines)
+
+
+# -- the command -------------------------------------------------------------------------------
+def run(args: argparse.Namespace) -> int:
+    import emulator
+
+    sweep = args.min_bytes is not None or args.max_bytes is not None
+    if sweep and args.bytes is not None:
+        raise ValueError("--bytes and --min-bytes/--max-bytes exclude each other: one "
+                         "collective or a sweep")
+    if not sweep and args.bytes is None:
+        raise ValueError("give --bytes SIZE (one collective) or --min-bytes and --max-bytes "
+                         "(a sweep)")
+    for option, value in (("--min-bytes", args.min_bytes), ("--max-bytes", args.max_bytes)):
+        if sweep and value is None:
+            raise ValueError(f"{option} is missing: a sweep needs --min-bytes and --max-bytes")
+    if (args.op, args.algorithm) not in emulator.ALGORITHMS:
+        known = sorted(a for o, a in emulator.ALGORITHMS if o == args.op)
+        if not known:
+            ops = sorted({o for o, _ in emulator.ALGORITHMS})
+            raise ValueError(f"--op {args.op!r} is not known; known: {', '.join(ops)}")
+        raise ValueError(f"--algorithm {args.algorithm!r} is not known for --op {args.op}; "
+                         f"known: {', '.join(known)}")
+    chunks = _int_option("--chunks", args.chunks, 1)
+    top = _int_option("--top", args.top, 0)
+    G = topologies.from_spec(args.topology)
+    n_gpus = len(topologies.gpus(G))
+    nranks = n_gpus if args.ranks is None else _int_option("--ranks", args.ranks, 2)
+    if nranks > n_gpus:
+        raise ValueError(f"--ranks {args.ranks!r}: the topology has only {n_gpus} GPUs")
+    if nranks < 2:
+        raise ValueError(f"--topology {args.topology!r} has {n_gpus} GPU(s); a collective needs 2")
+    faults = parse_faults(args, G, nranks)
+    name = G.graph.get("name", args.topology)
+
+    if sweep:
+        lo, hi = _size_option("--min-bytes", args.min_bytes), _size_option("--max-bytes",
+                                                                           args.max_bytes)
+        if hi < lo:
+            raise ValueError(f"--max-bytes {args.max_bytes!r} is smaller than --min-bytes "
+                             f"{args.min_bytes!r}")
+        from emulator.sweep import dtype_info
+
+        try:
+            dtype_info(args.dtype)
+        except ValueError as exc:
+            raise ValueError(f"--dtype: {exc}") from None
+        rows = emulator.size_sweep(G, args.op, args.algorithm, min_bytes=lo, max_bytes=hi,
+                                   factor=_factor_option(args.factor), ranks=nranks,
+                                   chunks=chunks, dtype=args.dtype, faults=faults)
+        if args.json:
+            print(json.dumps(rows, indent=1))
+        else:
+            fault_text = f"; faults: {'; '.join(_describe(f) for f in faults)}" if faults else ""
+            print(format_sweep(rows, f"qsgd-emu simulate (predicted): {args.op} by "
+                                     f"{args.algorithm} on {name}, {nranks} ranks, {chunks} "
+                                     f"chunk(s){fault_text}"))
+        return 0
+
+    nbytes = _size_option("--bytes", args.bytes)
+    result = emulator.run_collective(G, args.op, args.algorithm, nbytes, ranks=nranks,
+                                     chunks=chunks, faults=faults)
+    if args.json:
+        out = result.to_dict()
+        out.update(topology=name, chunks=chunks, time_us=result.time_s * 1e6,
+                   peak_utilization=result.peak_utilization,
+                   busiest_links=busiest_links(result, top),
+                   faults=[_describe(f) for f in faults])
+        print(json.dumps(out, indent=1))
+    else:
+        print(format_result(result, name, faults, top))
+    return 0
