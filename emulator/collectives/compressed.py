@@ -5,7 +5,9 @@ a plain allreduce (QSGD paper, Section 5; CGX; GRACE's all_to_all mode). Two tra
 
 - ``qsgd_allgather``: every rank all-gathers every other rank's whole payload (a ring
   allgather in which block j has rank j's payload size), then each decodes and averages
-  locally. Cost (p-1) alpha + sum_j C_j / B on a ring.
+  locally. Cost (p-1)(alpha + max_j C_j / B) on a ring, unchunked: each hop waits for the block it
+  forwards, so the largest payload paces every step ((p-1)(alpha + C / B) for equal payloads
+  C; see emulator.closed_form).
 - ``qsgd_scatter_reduce_allgather``: rank i sends the compressed chunk j of its gradient to
   owner j (all-to-all), the owner decodes, sums and re-quantizes its chunk, then the owners'
   re-quantized chunks are all-gathered around the ring (as ``qsgd.hook`` does).
