@@ -35,7 +35,8 @@ def test_defaults_are_the_readmes_main_job():
     assert args.model == "resnet50" and args.trace is None
     assert args.world_sizes == (8, 32, 128, 512) and args.bits == (32, 16, 8, 4, 2)
     assert args.out == "out/demo" and args.measure_bits == 4 and args.workers == 1
-    assert DEFAULT_TOPOLOGIES == ("cluster:dgx_a100x{N}", "cluster:p2_16xlargex{N}")
+    assert DEFAULT_TOPOLOGIES == ("cluster:dgx_a100x{N}", "cluster:dgx_a100x{N},nic_bw=25Gbit")
+    assert args.device == "A100"   # GPU compute times: CPU ones would hide every speedup
 
 
 def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
