@@ -15,7 +15,6 @@ summing to n):
   (p-1) n to the owners and (p-1) n back; hierarchical, 2 H (g-1) n inside the machines plus
   2 (H-1) n along the rails = 2(p-1) n; parameter server, (p-1) n in and (p-1) n out.
 """
-import networkx as nx
 import numpy as np
 import pytest
 
@@ -23,20 +22,13 @@ import emulator
 import topologies
 from emulator import ConfigError, Schedule, ScheduleError, Transfer, build_schedule
 from emulator.collectives import ALGORITHMS, busbw_factor, split
+from tests.emulator.test_closed_form import _box
 
 ALLREDUCE_PLAIN = ["ring", "tree", "rhd", "direct", "parameter_server"]
 
 
-def _machine(g: int) -> nx.Graph:
-    """g GPUs on one switch, each with its own NIC (a rail-friendly box for hierarchical)."""
-    G = nx.Graph(name=f"box{g}")
-    G.add_node("nvs", kind="switch")
-    for j in range(g):
-        G.add_node(f"gpu{j}", kind="gpu", rank=j)
-        G.add_node(f"nic{j}", kind="nic", bandwidth=25e9, protocol="ib")
-        G.add_edge(f"gpu{j}", "nvs", bandwidth=300e9, latency=0.3e-6, link="nvlink")
-        G.add_edge(f"gpu{j}", f"nic{j}", bandwidth=31.5e9, latency=0.5e-6, link="pcie")
-    return G
+# g GPUs on one switch, each with its own NIC (a rail-friendly box for hierarchical)
+_machine = _box
 
 
 def _per_rank(s: Schedule, field: str) -> dict:

@@ -4,15 +4,14 @@ at 2 and 4 GPUs for fp32 and QSGD 4-bit (both transports), writes study.csv, stu
 report.html and trace.json under ``--out`` and prints the summary table."""
 from __future__ import annotations
 
-import contextlib
 import csv
-import io
 import json
 
 import pytest
 
 import qsgd
 from emulator import cli
+from tests.emulator.cli_run import run_cli
 from emulator.commands.demo import DEFAULT_TOPOLOGIES
 from emulator.study import COLUMNS, read_rows
 from tests.emulator.test_study import plotly_figures
@@ -20,14 +19,7 @@ from tests.emulator.test_study import plotly_figures
 COMBOS = [(32, "fp32"), (4, "qsgd_allgather"), (4, "qsgd_scatter_reduce_allgather")]
 
 
-def _main(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as exc:  # argparse's own errors
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
+_main = run_cli
 
 
 def test_defaults_are_the_readmes_main_job():

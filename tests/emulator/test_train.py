@@ -8,8 +8,6 @@ weight) as fp32, so every byte count below is exact arithmetic.
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 
@@ -18,7 +16,7 @@ import pytest
 import emulator
 import qsgd
 import topologies
-from emulator import cli
+from tests.emulator.cli_run import run_cli
 from emulator.store import RunStore
 
 P = 2                               # ranks
@@ -29,14 +27,7 @@ RAW_BYTES = 4 * (PARAMS - COMPRESSED)
 FP32_STEP = 2 * (P - 1) * 4 * PARAMS // P  # ring allreduce, bytes per rank per step
 
 
-def _main(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = cli.main(argv)
-        except SystemExit as exc:  # argparse's own errors
-            code = exc.code
-    return code, out.getvalue(), err.getvalue()
+_main = run_cli
 
 
 @pytest.fixture(scope="module")
