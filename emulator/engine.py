@@ -10,10 +10,12 @@ leaves. A flow's bytes leave at its (changing) rate and arrive one path latency 
 uncongested message of m bytes takes latency + m / bandwidth: the alpha-beta model of
 Thakur, Rabenseifner & Gropp (2005), which :mod:`emulator.closed_form` writes down.
 
-One SimPy process (a generator taking ``env`` first) advances from event to event; all flows
-that start or finish together are handled as one numpy batch, which keeps a 1024-GPU ring
-allreduce (2 million transfers) in the order of a second. Results are deterministic: no
-randomness, no dependence on dict or set order.
+A schedule whose flows never share a channel needs no events: :mod:`emulator.critical_path`
+times it in one pass and checks that premise (a 1024-GPU ring allreduce, 2 million transfers,
+in about a second). Every other schedule runs here: one SimPy process (a generator taking
+``env`` first) advances from event to event, handling all flows that start or finish together
+as one numpy batch (about 75 us per event). Results are deterministic: no randomness, no
+dependence on dict or set order.
 """
 from __future__ import annotations
 
