@@ -10,8 +10,8 @@ so the hook moves encoded bytes and decodes at the receiver:
 
 ``allgather``
     Each rank encodes its bucket (random stream ``(seed, rank, step, bucket)``), the payloads are
-    all-gathered (sizes first: the elias codec's sizes differ across ranks; shorter payloads are
-    padded) and every rank decodes all of them and takes the mean. All ranks average the same
+    all-gathered (packed payload sizes are known to every rank; the elias codec's differ, so
+    they are all-gathered first and shorter payloads padded) and every rank decodes all of them and takes the mean. All ranks average the same
     decoded tensors in the same order, so they end every step with identical parameters.
 ``scatter_reduce_allgather``
     The bucket is split in ``world_size`` chunks; rank ``r`` encodes chunk ``j`` for its owner
@@ -39,7 +39,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from qsgd.codec import decode, encode
+from qsgd.codec import decode, encode, payload_nbytes
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, HookError
 
@@ -58,10 +58,15 @@ class _StepStats:
     encode_s: float = 0.0
     decode_s: float = 0.0
     comm_s: float = 0.0
+    hook_s: float = 0.0        # wall seconds inside the hook: local work is hook_s - comm_s
     buckets: int = 0
+    # (start, end) time.perf_counter() seconds of every collective wait, in order: with the
+    # step's own start and end they split it into local-work segments (the validation
+    # harness takes the slowest rank per segment, as each collective waits for it).
+    waits: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
-        return dict(self.__dict__)
+        return {**self.__dict__, "waits": list(self.waits)}
 
 
 class QSGDState:
@@ -90,7 +95,10 @@ class QSGDState:
         Steps completed (advanced after the last bucket of each backward).
     last_stats : dict
         The finished step's ``payload_bytes``, ``raw_bytes``, ``bytes_sent`` (bytes),
-        ``encode_s``, ``decode_s``, ``comm_s`` (seconds), ``buckets``.
+        ``encode_s``, ``decode_s``, ``comm_s``, ``hook_s`` (seconds; ``hook_s`` is the wall
+        time inside the hook, so ``hook_s - comm_s`` is its local work: index gathers, codec,
+        averaging), ``buckets``, ``waits`` (``(start, end)`` ``time.perf_counter()`` seconds of
+        each collective wait).
     """
 
     def __init__(self, config: QSGDConfig, transport: str = "allgather", min_numel: int = 10_000,
@@ -174,24 +182,28 @@ class QSGDState:
             raise HookError(f"rank {self.rank}: {what} at step {self.step} failed or timed out "
                             f"after timeout_s={self.timeout_s:g}: {exc}") from exc
 
+    def _collective(self, issue, what: str) -> None:
+        """Issue an async collective, wait for it (bounded), and record the wait."""
+        t0 = time.perf_counter()
+        self._wait(issue(), what)
+        t1 = time.perf_counter()
+        self._stats.comm_s += t1 - t0
+        self._stats.waits.append((t0, t1))
+
     def _all_gather(self, tensor: torch.Tensor, what: str) -> list[torch.Tensor]:
         out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        t0 = time.perf_counter()
-        self._wait(dist.all_gather(out, tensor, group=self.process_group, async_op=True), what)
-        self._stats.comm_s += time.perf_counter() - t0
+        self._collective(lambda: dist.all_gather(out, tensor, group=self.process_group,
+                                                 async_op=True), what)
         return out
 
     def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits, what) -> None:
-        t0 = time.perf_counter()
-        work = dist.all_to_all_single(out, inp, out_splits, in_splits, group=self.process_group,
-                                      async_op=True)
-        self._wait(work, what)
-        self._stats.comm_s += time.perf_counter() - t0
+        self._collective(lambda: dist.all_to_all_single(out, inp, out_splits, in_splits,
+                                                        group=self.process_group, async_op=True),
+                         what)
 
     def _all_reduce_mean(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
-        t0 = time.perf_counter()
-        self._wait(dist.all_reduce(tensor, group=self.process_group, async_op=True), what)
-        self._stats.comm_s += time.perf_counter() - t0
+        self._collective(lambda: dist.all_reduce(tensor, group=self.process_group, async_op=True),
+                         what)
         return tensor.div_(self.world_size)
 
     def check_peers(self) -> None:
@@ -289,16 +301,30 @@ def _decode(state: QSGDState, payload: torch.Tensor, device) -> torch.Tensor:
     return out
 
 
-def _gather_payloads(state: QSGDState, payload: torch.Tensor, numel: int, what: str) -> list[torch.Tensor]:
-    """All ranks' payloads (unpadded); every rank must be gathering ``numel`` elements."""
+def _gather_payloads(state: QSGDState, payload: torch.Tensor, numels: list[int],
+                     what: str) -> list[torch.Tensor]:
+    """All ranks' payloads (unpadded); rank ``r`` encoded ``numels[r]`` elements.
+
+    Packed payloads have a size every rank can compute (:func:`qsgd.payload_nbytes`), so one
+    all_gather moves them; Elias sizes depend on the data and are all-gathered first. On a
+    latency-bound network (small buckets, or CPU ranks that share cores) that second round
+    trip costs as much as the payload itself.
+    """
     device = _group_device(state.process_group)
-    meta = torch.tensor([payload.numel(), numel], dtype=torch.int64, device=device)
-    metas = [m.cpu() for m in state._all_gather(meta, f"{what} size all_gather")]
-    numels = [int(m[1]) for m in metas]
-    if len(set(numels)) != 1:
-        raise HookError(f"{what}: ranks hold different element counts {numels} (the models or "
-                        "min_numel differ across ranks)")
-    sizes = [int(m[0]) for m in metas]
+    rank = state.rank
+    if state.config.codec == "packed":
+        sizes = [payload_nbytes(n, state.config) for n in numels]
+        if payload.numel() != sizes[rank]:
+            raise HookError(f"{what}: rank {rank} encoded {payload.numel()} bytes for "
+                            f"{numels[rank]} elements, expected {sizes[rank]}")
+    else:
+        meta = torch.tensor([payload.numel(), numels[rank]], dtype=torch.int64, device=device)
+        metas = [m.cpu() for m in state._all_gather(meta, f"{what} size all_gather")]
+        got_numels = [int(m[1]) for m in metas]
+        if got_numels != list(numels):
+            raise HookError(f"{what}: ranks hold element counts {got_numels}, expected "
+                            f"{list(numels)} (the models or min_numel differ across ranks)")
+        sizes = [int(m[0]) for m in metas]
     padded = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
     padded[: payload.numel()] = payload.to(device)
     got = state._all_gather(padded, f"{what} payload all_gather")
@@ -313,7 +339,7 @@ def _allgather(state: QSGDState, x: torch.Tensor, bucket: int) -> torch.Tensor:
         decoded = [_decode(state, payload, x.device)]
     else:
         decoded = [_decode(state, g, x.device) for g in
-                   _gather_payloads(state, payload, x.numel(), f"bucket {bucket}")]
+                   _gather_payloads(state, payload, [x.numel()] * p, f"bucket {bucket}")]
     mean = torch.stack(decoded).sum(0).div_(p)
     own = decoded[rank]
     return mean, own
@@ -331,11 +357,16 @@ def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int) ->
         mine = [payloads[0]]
     else:
         state._stats.bytes_sent += sum(pl.numel() for j, pl in enumerate(payloads) if j != rank)
-        in_sizes = torch.tensor([pl.numel() for pl in payloads], dtype=torch.int64, device=device)
-        out_sizes = torch.empty_like(in_sizes)
-        state._all_to_all(out_sizes, in_sizes, None, None, f"bucket {bucket} chunk size all_to_all")
-        in_splits = in_sizes.tolist()
-        out_splits = out_sizes.cpu().tolist()
+        in_splits = [pl.numel() for pl in payloads]
+        if state.config.codec == "packed":
+            # every rank's chunk ``rank`` has the same length: its payload size is known
+            out_splits = [payload_nbytes(chunks[rank].numel(), state.config)] * p
+        else:
+            in_sizes = torch.tensor(in_splits, dtype=torch.int64, device=device)
+            out_sizes = torch.empty_like(in_sizes)
+            state._all_to_all(out_sizes, in_sizes, None, None,
+                              f"bucket {bucket} chunk size all_to_all")
+            out_splits = out_sizes.cpu().tolist()
         recv = torch.empty(sum(out_splits), dtype=torch.uint8, device=device)
         state._all_to_all(recv, torch.cat(payloads).to(device), out_splits, in_splits,
                           f"bucket {bucket} chunk all_to_all")
@@ -346,7 +377,8 @@ def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int) ->
     if p == 1:
         parts = [requant]
     else:
-        parts = _gather_payloads(state, requant, -1, f"bucket {bucket} mean chunk")
+        parts = _gather_payloads(state, requant, [c.numel() for c in chunks],
+                                 f"bucket {bucket} mean chunk")
     mean = torch.cat([_decode(state, pl, x.device) for pl in parts])
     return mean, own
 
@@ -374,6 +406,7 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
     torch.futures.Future[Tensor]
         The averaged flat bucket (written into the bucket's buffer).
     """
+    t_enter = time.perf_counter()
     buf = bucket.buffer()
     index = bucket.index()
     try:
@@ -409,6 +442,7 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
             buf[cidx] = mean.to(buf.dtype)
         return _completed(buf)
     finally:
+        state._stats.hook_s += time.perf_counter() - t_enter
         if bucket.is_last():
             state._end_step()
 

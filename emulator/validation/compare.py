@@ -6,14 +6,17 @@ one row per collective point (measured and predicted seconds, relative error
 over the held-out points, and, when the trace has training steps, the measured iteration
 times and the QSGD speedup over fp32 next to the emulator's prediction of the same step.
 
-The predicted training step composes what the harness measured on its own with what the
-emulator predicts for the network, in the order DDP runs them with one gradient bucket:
-``compute_s`` (forward + backward + optimizer, all ranks computing at once), then for fp32 a
-ring allreduce of the gradients; for QSGD (allgather transport, :func:`qsgd.qsgd_hook`) the
-hook's local work measured without communication (``local_s``: gather the compressed
-elements, encode, ``p`` decodes, average, scatter back; else ``encode_s + p * decode_s``), a
-ring allreduce of the uncompressed small tensors, a ring allgather of the payload sizes and
-one of the ``p`` payloads.
+The predicted training step composes what the harness measured of the CPU work with what the
+emulator predicts for the network, in the order DDP runs them with one gradient bucket. For
+fp32: ``compute_s`` (forward + backward + optimizer without DDP, all ranks computing at once)
+plus a ring allreduce of the gradients. For QSGD (allgather transport, :func:`qsgd.qsgd_hook`):
+the CPU work as the measured steps spent it, ``busy_s`` (the steps less the hook's waits on
+collectives, slowest rank per segment between collectives: compute, the hook's gathers,
+encode, ``p`` decodes and averaging, DDP's copies; the payload trace's view of the codec),
+else ``compute_s`` plus ``local_s`` or ``encode_s + p * decode_s``; plus the emulator's
+prediction of a ring allreduce of the uncompressed small tensors, for the elias codec a ring
+allgather of the payload sizes, and one of the ``p`` payloads. Only the network is predicted:
+that is what the validation validates.
 """
 from __future__ import annotations
 
@@ -182,12 +185,17 @@ def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate")
         need = ("payload_bytes", "encode_s", "decode_s", "raw_numel")
         if any(point.get(k) is None for k in need):
             return None
-        local = point.get("local_s")
-        if local is None:
-            local = point.get("encode_s") + p * point.get("decode_s")
-        t = compute + local
-        # the hook all-gathers the payload sizes (two int64 per rank), then the payloads
-        t += predict(G, "allgather", "ring", 16 * p, predictor)
+        busy = point.get("busy_s")
+        if busy is not None:
+            t = busy
+        else:
+            local = point.get("local_s")
+            if local is None:
+                local = point.get("encode_s") + p * point.get("decode_s")
+            t = compute + local
+        if point.get("codec", "packed") != "packed":
+            # elias sizes depend on the data: the hook all-gathers them (two int64 per rank)
+            t += predict(G, "allgather", "ring", 16 * p, predictor)
         t += predict(G, "allgather", "ring", p * point.get("payload_bytes"), predictor)
         if point.get("raw_numel"):
             t += predict(G, "allreduce", "ring", 4 * point.get("raw_numel"), predictor)

@@ -148,7 +148,9 @@ class TrainingPoint:
     same step (all optional): ``compute_s`` (forward+backward+optimizer without communication,
     s), ``numel`` (gradient elements), ``compressed_numel``/``raw_numel`` (QSGD-coded and
     uncompressed elements), ``payload_bytes`` (per-rank QSGD payload, bytes), ``encode_s`` and
-    ``decode_s`` (seconds per payload), ``batch_size``.
+    ``decode_s`` (seconds per payload, stand-alone), ``busy_s`` (median over steps of the
+    slowest rank's step less its waits on collectives, s), ``local_s`` and ``hook_encode_s``,
+    ``hook_decode_s``, ``hook_comm_s`` (the hook's own per-step timings, s), ``batch_size``.
     """
 
     model: str

@@ -83,7 +83,8 @@ def _training(p=4, numel=2_000_000, raw=3000, payload=1_010_000):
            + ring_over_star(G, "allgather", "ring", 16 * p)
            + ring_over_star(G, "allreduce", "ring", 4 * raw))
     q = TrainingPoint("mlp", "allgather", 4, iteration_s=q_s * 1.05,
-                      extra=dict(base, payload_bytes=payload, encode_s=enc, decode_s=dec))
+                      extra=dict(base, payload_bytes=payload, encode_s=enc, decode_s=dec,
+                                 codec="elias"))
     return fp32, q
 
 
@@ -97,6 +98,16 @@ def test_training_speedup_next_to_the_prediction():
     assert rows[4]["predicted_speedup"] == pytest.approx(rows[4]["measured_speedup"] * 1.05, rel=1e-6)
     assert rows[4]["speedup_rel_error"] == pytest.approx(0.05, rel=1e-6)
     assert rep.summary["speedup_max_abs_rel_error"] == pytest.approx(0.05, rel=1e-6)
+    # measured CPU work of the steps (busy_s) replaces compute + codec; the network is emulated
+    G = topologies.from_spec(SPEC)
+    busy = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0, extra=dict(q.extra, busy_s=0.2))
+    assert predict_training(busy, G, 4, predictor="star") == pytest.approx(
+        predict_training(q, G, 4, predictor="star") - (0.05 + 0.004 + 4 * 0.002) + 0.2, rel=1e-9)
+    # packed payload sizes are known to every rank: no size all_gather to predict
+    packed = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0, extra=dict(q.extra, codec="packed"))
+    assert predict_training(q, G, 4, predictor="star") - predict_training(
+        packed, G, 4, predictor="star") == pytest.approx(
+        ring_over_star(G, "allgather", "ring", 16 * 4), rel=1e-9)
     # missing fields: no prediction rather than a wrong one
     bare = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0, extra={"compute_s": 0.1, "numel": 10})
     assert predict_training(bare, topologies.from_spec(SPEC), 4, predictor="star") is None

@@ -7,7 +7,7 @@ import pytest
 from emulator import ConfigError
 from emulator.cli import main
 from emulator.validation import MeasuredTrace
-from emulator.validation.harness import HarnessConfig, sizes
+from emulator.validation.harness import HarnessConfig, critical_busy, sizes
 
 
 def test_sizes_follow_nccl_tests():
@@ -58,3 +58,13 @@ def test_spawn_reports_bad_options_before_starting(tmp_path, capsys):
     rc = main(["validate", "run", "--spawn", "2", "--out", str(tmp_path / "t.json"),
                "--min-bytes", "lots"])
     assert rc == 2 and "lots" in capsys.readouterr().err
+
+
+def test_critical_busy_takes_the_slowest_rank_per_segment():
+    # two ranks, two steps; each step is cut by two collectives into three segments
+    seg = [[[1.0, 5.0, 1.0], [2.0, 2.0, 2.0]],
+           [[3.0, 1.0, 1.0], [1.0, 1.0, 4.0]]]
+    # a collective waits for the last rank: 3 + 5 + 1, not max(7, 5)
+    assert critical_busy(seg) == [9.0, 2.0 + 2.0 + 4.0]
+    # ranks that cut a step differently: the slower rank's whole step
+    assert critical_busy([[[1.0, 2.0]], [[4.0]]]) == [4.0]

@@ -79,13 +79,13 @@ def _recording_hook(log):
     return hook
 
 
-def _scenario_mean(rank, world, group, transport):
+def _scenario_mean(rank, world, group, transport, codec="packed"):
     """The hook's output equals the mean of qsgd.decode of every rank's payload."""
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     model = _model()
     ddp = DDP(model, process_group=group)
-    cfg = qsgd.QSGDConfig.from_bits(4)
+    cfg = qsgd.QSGDConfig.from_bits(4, codec=codec)
     state = qsgd.QSGDState(cfg, transport=transport, min_numel=500, seed=7, process_group=group)
     log = []
     ddp.register_comm_hook(state, _recording_hook(log))
@@ -189,6 +189,10 @@ def _worker(rank, world, port, outdir):
         pair = torch.distributed.new_group([0, 1])
         out["mean_allgather"] = _scenario_mean(rank, world, None, "allgather")
         out["mean_sra"] = _scenario_mean(rank, world, None, "scatter_reduce_allgather")
+        # elias sizes depend on the data: exchanged before the payloads
+        out["mean_allgather_elias"] = _scenario_mean(rank, world, None, "allgather", "elias")
+        out["mean_sra_elias"] = _scenario_mean(rank, world, None, "scatter_reduce_allgather",
+                                               "elias")
         if rank < 2:
             out["mean_pair"] = _scenario_mean(rank, 2, pair, "scatter_reduce_allgather")
             out["resume"] = _scenario_resume(rank, 2, pair)
@@ -233,7 +237,8 @@ def ranks(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key", ["mean_allgather", "mean_sra"])
+@pytest.mark.parametrize("key", ["mean_allgather", "mean_sra", "mean_allgather_elias",
+                                 "mean_sra_elias"])
 def test_every_rank_ends_with_identical_parameters(ranks, key):
     digests = {r[key]["digest"] for r in ranks}
     assert len(digests) == 1
@@ -251,10 +256,19 @@ def test_allgather_result_is_the_mean_of_the_decoded_payloads(ranks):
         assert stats["payload_bytes"] == nbytes
         assert stats["bytes_sent"] == 3 * nbytes + round(2 * 3 * 106 * 4 / 4)
         assert stats["raw_bytes"] == 106 * 4 and stats["encode_s"] > 0 and stats["decode_s"] > 0
+        # one bucket: small-tensor allreduce, then the payload all_gather (packed sizes are
+        # known to every rank, so no size exchange), in order
+        waits = stats["waits"]
+        assert len(waits) == 2 and all(a < b for a, b in waits) and waits[0][1] <= waits[1][0]
+        assert sum(b - a for a, b in waits) == pytest.approx(stats["comm_s"], rel=1e-9)
+        assert stats["hook_s"] > stats["comm_s"] + stats["encode_s"]
+        # elias payload sizes depend on the data: all-gathered before the payloads
+        elias = r["mean_allgather_elias"]
+        assert elias["max_err"] <= 1e-6 and len(elias["stats"]["waits"]) == 3
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("key, world", [("mean_sra", 4), ("mean_pair", 2)])
+@pytest.mark.parametrize("key, world", [("mean_sra", 4), ("mean_pair", 2), ("mean_sra_elias", 4)])
 def test_scatter_reduce_allgather_is_close_to_the_exact_mean(ranks, key, world):
     rs = [r for r in ranks if key in r]
     assert len(rs) == world and len({r[key]["digest"] for r in rs}) == 1
