@@ -257,15 +257,17 @@ def _param_key(state: QSGDState, p: torch.Tensor) -> int:
     return key
 
 
-def _layout(state: QSGDState, bucket) -> tuple[torch.Tensor, torch.Tensor, list[int], list[int]]:
+def _layout(state: QSGDState, bucket) -> tuple[list, torch.Tensor, list[int], list[int]]:
     """Where the bucket's compressed and raw elements are in its buffer.
 
-    Returns ``(compressed_index, raw_index, keys, numels)``: buffer positions of the elements of
-    parameters with >= ``min_numel`` elements, laid out parameter by parameter in key order,
-    the positions of the others, and the compressed parameters' keys and sizes in that order.
-    The canonical order makes the payload (its scale buckets and random streams) independent
-    of DDP's bucket rebuild after the first iteration, which reorders a bucket's parameters;
-    so a resumed run quantizes exactly as the uninterrupted one.
+    Returns ``(compressed_runs, raw_index, keys, numels)``: ``(offset, numel)`` runs of the
+    buffer holding the parameters with >= ``min_numel`` elements, parameter by parameter in
+    key order (adjacent runs merged), the positions of the others, and the compressed
+    parameters' keys and sizes in that order. The canonical order makes the payload (its
+    scale buckets and random streams) independent of DDP's bucket rebuild after the first
+    iteration, which reorders a bucket's parameters; so a resumed run quantizes exactly as
+    the uninterrupted one. Runs are copied with slices: an index gather reads an 8-byte index
+    per element, and took as long as the encode itself.
     """
     buf = bucket.buffer()
     params = bucket.parameters()
@@ -279,11 +281,31 @@ def _layout(state: QSGDState, bucket) -> tuple[torch.Tensor, torch.Tensor, list[
         offsets = [sum(numels[:i]) for i in range(len(numels))]
         big = sorted((k, o, n) for k, o, n in zip(keys, offsets, numels) if n >= state.min_numel)
         small = [(o, n) for o, n in zip(offsets, numels) if n < state.min_numel]
-        cidx = torch.cat([torch.arange(o, o + n) for _, o, n in big]) if big else torch.empty(0, dtype=torch.long)
+        runs: list[tuple[int, int]] = []
+        for _, o, n in big:
+            if runs and runs[-1][0] + runs[-1][1] == o:
+                runs[-1] = (runs[-1][0], runs[-1][1] + n)
+            else:
+                runs.append((o, n))
         ridx = torch.cat([torch.arange(o, o + n) for o, n in small]) if small else torch.empty(0, dtype=torch.long)
-        cached = state._layouts[keys] = (cidx.to(buf.device), ridx.to(buf.device),
+        cached = state._layouts[keys] = (runs, ridx.to(buf.device),
                                          [k for k, _, _ in big], [n for _, _, n in big])
     return cached
+
+
+def _gather_runs(buf: torch.Tensor, runs) -> torch.Tensor:
+    """The elements of ``runs`` in order, as float32 (a view when one fp32 run covers them)."""
+    if len(runs) == 1:
+        o, n = runs[0]
+        return buf[o:o + n].float()
+    return torch.cat([buf[o:o + n] for o, n in runs]).float()
+
+
+def _scatter_runs(buf: torch.Tensor, runs, values: torch.Tensor) -> None:
+    start = 0
+    for o, n in runs:
+        buf[o:o + n].copy_(values[start:start + n])
+        start += n
 
 
 def _encode(state: QSGDState, x: torch.Tensor, rank: int, bucket: int) -> torch.Tensor:
@@ -340,9 +362,13 @@ def _allgather(state: QSGDState, x: torch.Tensor, bucket: int) -> torch.Tensor:
     else:
         decoded = [_decode(state, g, x.device) for g in
                    _gather_payloads(state, payload, [x.numel()] * p, f"bucket {bucket}")]
-    mean = torch.stack(decoded).sum(0).div_(p)
+    # summed in rank order into one buffer (a stack of p decoded buckets would allocate
+    # p times the bucket again); every rank adds the same tensors in the same order
+    mean = decoded[0].clone()
+    for d in decoded[1:]:
+        mean.add_(d)
     own = decoded[rank]
-    return mean, own
+    return mean.div_(p), own
 
 
 def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int) -> torch.Tensor:
@@ -414,7 +440,7 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
             state.check_peers()
         state._stats.buckets += 1
         # Number the parameters on the very first call, warm-up included (see _param_key).
-        cidx, ridx, ckeys, cnumels = _layout(state, bucket)
+        cruns, ridx, ckeys, cnumels = _layout(state, bucket)
         if state.step < state.warmup_steps:
             state._stats.raw_bytes += buf.numel() * buf.element_size()
             state._stats.bytes_sent += _ring_allreduce_bytes(buf.numel() * buf.element_size(),
@@ -430,8 +456,8 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
             if state.world_size > 1:
                 state._all_reduce_mean(small, f"bucket {index} small-tensor allreduce")
             buf[ridx] = small
-        if cidx.numel():
-            x = buf[cidx].float()
+        if cruns:
+            x = _gather_runs(buf, cruns)
             if state.error_feedback and all(k in state.residuals for k in ckeys):
                 x = x + torch.cat([state.residuals[k].to(x.device) for k in ckeys])
             mean, own = TRANSPORTS[state.transport](state, x, index)
@@ -439,7 +465,7 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
                 # Kept per parameter (not per bucket) so that a rebuilt bucket layout still matches.
                 for k, r in zip(ckeys, torch.split((x - own).detach(), cnumels)):
                     state.residuals[k] = r
-            buf[cidx] = mean.to(buf.dtype)
+            _scatter_runs(buf, cruns, mean.to(buf.dtype))
         return _completed(buf)
     finally:
         state._stats.hook_s += time.perf_counter() - t_enter
