@@ -3,12 +3,14 @@
 For each link rate (default 1 Gbit/s and 200 Mbit/s), 4 hosts on one shaped switch:
 
 1. ``qsgd-emu validate testbed`` runs the harness, one gloo rank per host: allreduce and
-   allgather from 1 MiB to 16 MiB (factor 2; warm-up, repetitions, median), then DDP steps of
+   allgather from 1 MiB to 16 MiB (factor 2; warm-up, repetitions, median), then 12 DDP steps of
    a wide MLP with fp32 allreduce and with the QSGD 4-bit hook (allgather transport);
 2. :func:`emulator.validation.compare` fits one link latency and bandwidth on two sizes (the
    smallest and the largest: 1 MiB and 16 MiB) of both ops, predicts the held-out sizes with
    the emulator, and
-   predicts the training steps (measured compute + codec, emulated network).
+   predicts the training steps: the CPU work the real steps spent outside collectives
+   (``busy_s``, slowest rank per segment between the hook's collectives) plus the emulated
+   network (:func:`emulator.validation.predict_training`).
 
 Smaller fit sizes pin the latency better but, with 4 ranks on 2 shared cores, a 256 KiB ring
 step is dominated by CPU scheduling (10 ms for 256 KiB at 1 Gbit/s where the wire needs 3 ms),
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     ap.add_argument("--width", type=int, default=1024)
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--train-steps", type=int, default=6)
+    ap.add_argument("--train-steps", type=int, default=12)
     ap.add_argument("--wall-timeout", type=float, default=300.0)
     ap.add_argument("--per-op", action="store_true", help="fit each op separately as well")
     ap.add_argument("--reuse", action="store_true", help="compare existing traces, do not measure")
@@ -94,7 +96,8 @@ def main(argv=None) -> int:
                 "latency_s": cal.get("alpha_s"), "bandwidth": cal.get("bandwidth"),
                 "training": [{k: t.get(k) for k in ("bits", "measured_s", "predicted_s",
                                                      "measured_speedup", "predicted_speedup",
-                                                     "speedup_rel_error")} for t in report.training],
+                                                     "speedup_rel_error", "busy_s",
+                                                     "collectives")} for t in report.training],
                 "speedup_ok": bool(speed) and all(abs(t.get("speedup_rel_error", 9)) <= 0.15
                                                   for t in speed),
                 "collectives_ok": s["median_abs_rel_error"] is not None
@@ -120,6 +123,14 @@ def main(argv=None) -> int:
                          f"{t['predicted_speedup']:.2f}x ({t['speedup_rel_error']:+.1%}) "
                          f"[{'OK' if s['speedup_ok'] else 'MISS'} <= 15%]")
             print(line)
+            if t.get("busy_s") is not None:
+                # where the step's time went: CPU work (measured) and each collective
+                # (measured in the step, last arrival to last exit, next to the emulator's)
+                parts = [f"CPU work {t['busy_s'] * 1e3:.1f} ms"]
+                for c in t.get("collectives") or ():
+                    m = "n/a" if c["measured_s"] is None else f"{c['measured_s'] * 1e3:.1f}"
+                    parts.append(f"{c['name']} {m} vs {c['predicted_s'] * 1e3:.1f} ms")
+                print("      " + "; ".join(parts))
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return 0

@@ -32,7 +32,8 @@ from ..errors import CalibrationError, TraceError
 from .calibrate import Calibration, calibrate, predict
 from .trace import MeasuredTrace, _get, _num, _str
 
-__all__ = ["ValidationReport", "compare", "predict_training", "FORMAT", "VERSION"]
+__all__ = ["ValidationReport", "compare", "predict_training", "step_collectives", "FORMAT",
+           "VERSION"]
 
 FORMAT = "qsgd-validation-report"
 VERSION = 1
@@ -170,6 +171,29 @@ def _topology(trace: MeasuredTrace, G, topology: str | None):
     return G, (spec or G.graph.get("name") or "topology")
 
 
+def step_collectives(point, G: nx.Graph, p: int, *,
+                     predictor: str = "simulate") -> list[tuple[str, float]] | None:
+    """The emulator's seconds for each collective of one QSGD step, in the hook's order.
+
+    ``[(name, seconds), ...]``: the ring allreduce of the uncompressed small tensors (when
+    there are any), the size all_gather (elias only: packed sizes are known to every rank)
+    and the payload all_gather. None for a point the hook did not run (fp32 allreduce) or
+    one without ``payload_bytes``/``raw_numel``.
+    """
+    if point.transport != "allgather" or point.get("payload_bytes") is None \
+            or point.get("raw_numel") is None:
+        return None
+    out = []
+    if point.get("raw_numel"):
+        out.append(("small-tensor allreduce",
+                     predict(G, "allreduce", "ring", 4 * point.get("raw_numel"), predictor)))
+    if point.get("codec", "packed") != "packed":
+        out.append(("size all_gather", predict(G, "allgather", "ring", 16 * p, predictor)))
+    out.append(("payload all_gather",
+                predict(G, "allgather", "ring", p * point.get("payload_bytes"), predictor)))
+    return out
+
+
 def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate") -> float | None:
     """Seconds the emulator predicts for one measured training step (see the module doc).
 
@@ -181,26 +205,16 @@ def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate")
         return None
     if point.transport == "allreduce":
         return compute + predict(G, "allreduce", "ring", 4 * numel, predictor)
-    if point.transport == "allgather":
-        need = ("payload_bytes", "encode_s", "decode_s", "raw_numel")
-        if any(point.get(k) is None for k in need):
-            return None
-        busy = point.get("busy_s")
-        if busy is not None:
-            t = busy
-        else:
-            local = point.get("local_s")
-            if local is None:
-                local = point.get("encode_s") + p * point.get("decode_s")
-            t = compute + local
-        if point.get("codec", "packed") != "packed":
-            # elias sizes depend on the data: the hook all-gathers them (two int64 per rank)
-            t += predict(G, "allgather", "ring", 16 * p, predictor)
-        t += predict(G, "allgather", "ring", p * point.get("payload_bytes"), predictor)
-        if point.get("raw_numel"):
-            t += predict(G, "allreduce", "ring", 4 * point.get("raw_numel"), predictor)
-        return t
-    return None
+    colls = step_collectives(point, G, p, predictor=predictor)
+    if colls is None or point.get("encode_s") is None or point.get("decode_s") is None:
+        return None
+    busy = point.get("busy_s")
+    if busy is None:
+        local = point.get("local_s")
+        if local is None:
+            local = point.get("encode_s") + p * point.get("decode_s")
+        busy = compute + local
+    return busy + sum(t for _, t in colls)
 
 
 def _training_rows(trace: MeasuredTrace, G, predictor: str) -> list[dict]:
@@ -215,6 +229,15 @@ def _training_rows(trace: MeasuredTrace, G, predictor: str) -> list[dict]:
                "measured_s": t.iteration_s, "predicted_s": pred,
                "rel_error": None if pred is None else (pred - t.iteration_s) / t.iteration_s,
                "compute_s": t.get("compute_s"), "bytes_per_step": t.bytes_per_step}
+        colls = step_collectives(t, G, p, predictor=predictor)
+        if colls is not None:
+            row["busy_s"] = t.get("busy_s")
+            measured = t.get("collectives_s")
+            if measured is not None and len(measured) != len(colls):
+                measured = None     # a different hook (or version) ran: nothing to pair
+            row["collectives"] = [{"name": n, "predicted_s": ps,
+                                   "measured_s": None if measured is None else measured[i]}
+                                  for i, (n, ps) in enumerate(colls)]
         ref = base.get(t.model)
         if ref is not None and t is not ref:
             ref_pred = predict_training(ref, G, p, predictor=predictor)

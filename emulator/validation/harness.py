@@ -184,8 +184,16 @@ def build_mlp(width: int, depth: int, in_features: int = 256, classes: int = 10,
 _HOOK_KEYS = ("encode_s", "decode_s", "comm_s", "hook_s")
 
 
+def _boot_id() -> str | None:
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def _timed_steps(step, warmup, steps, dist, waits=None):
-    """Per-step seconds of the slowest rank: ``(wall, busy)``.
+    """Per-step seconds of the slowest rank: ``(wall, busy, collectives)``.
 
     ``waits()``, called after each step, returns that step's collective waits as
     ``(start, end)`` ``time.perf_counter()`` pairs (the QSGD hook's ``waits``). They cut the
@@ -193,10 +201,15 @@ def _timed_steps(step, warmup, steps, dist, waits=None):
     decide); each collective waits for the slowest rank's segment before it, so ``busy``
     is the sum over segments of the max over ranks (max over ranks of the sum when ranks
     cut their steps differently). None without ``waits``.
+
+    ``collectives`` lists, per step, each collective's seconds from the last rank's arrival
+    to the last rank's exit: what the network took, to set next to the emulator's figure.
+    It needs one clock for all ranks (``time.perf_counter`` is CLOCK_MONOTONIC, shared by
+    the namespaces of one kernel: same ``boot_id``); None otherwise.
     """
     for _ in range(warmup):
         step()
-    wall, segs = [], []
+    wall, segs, raw = [], [], []
     dist.barrier()
     for _ in range(steps):
         t0 = time.perf_counter()
@@ -204,14 +217,22 @@ def _timed_steps(step, warmup, steps, dist, waits=None):
         t1 = time.perf_counter()
         wall.append(t1 - t0)
         if waits is not None:
-            edges = [t0, *(t for w in waits() for t in w), t1]
+            raw.append(list(waits()))
+            edges = [t0, *(t for w in raw[-1] for t in w), t1]
             segs.append([edges[i + 1] - edges[i] for i in range(0, len(edges), 2)])
     wall = _group_max(wall, dist)
     if waits is None:
-        return wall, None
+        return wall, None, None
     every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, segs)
-    return wall, critical_busy(every)
+    dist.all_gather_object(every, (_boot_id(), segs, raw))
+    collectives = None
+    if len({b for b, _, _ in every}) == 1 and every[0][0] is not None:
+        collectives = []
+        for per_rank in zip(*(r for _, _, r in every)):
+            if len({len(w) for w in per_rank}) == 1:
+                collectives.append([max(e for _, e in col) - max(a for a, _ in col)
+                                    for col in zip(*per_rank)])
+    return wall, critical_busy([s for _, s, _ in every]), collectives
 
 
 def critical_busy(segments) -> list[float]:
@@ -298,8 +319,8 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
         def waits():
             hook_stats.append(dict(state.last_stats))
             return hook_stats[-1]["waits"]
-        samples, busy = _timed_steps(step, cfg.train_warmup, cfg.train_steps, dist,
-                                     waits if state is not None else None)
+        samples, busy, coll = _timed_steps(step, cfg.train_warmup, cfg.train_steps, dist,
+                                           waits if state is not None else None)
         if state is not None:
             # What the network does not decide, as the real steps spent it (the payload
             # trace's view): compute, the hook's local work (index gathers, encode, p
@@ -308,6 +329,10 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
             # stand-alone instead put it 8x too high on 4 ranks sharing 2 cores (344 ms
             # against 39 ms in the steps); the max over ranks of whole steps, 10-15% low.
             extra["busy_s"] = statistics.median(busy)
+            if coll and len({len(c) for c in coll}) == 1:
+                # median per collective, in the hook's order (diagnostics: the prediction
+                # does not use them)
+                extra["collectives_s"] = [statistics.median(c) for c in zip(*coll)]
             med = [statistics.median(h[k] - (h["comm_s"] if k == "hook_s" else 0)
                                      for h in hook_stats) for k in _HOOK_KEYS]
             extra.update(zip(("hook_encode_s", "hook_decode_s", "hook_comm_s", "local_s"),

@@ -148,8 +148,10 @@ class TrainingPoint:
     same step (all optional): ``compute_s`` (forward+backward+optimizer without communication,
     s), ``numel`` (gradient elements), ``compressed_numel``/``raw_numel`` (QSGD-coded and
     uncompressed elements), ``payload_bytes`` (per-rank QSGD payload, bytes), ``encode_s`` and
-    ``decode_s`` (seconds per payload, stand-alone), ``busy_s`` (median over steps of the
-    slowest rank's step less its waits on collectives, s), ``local_s`` and ``hook_encode_s``,
+    ``decode_s`` (seconds per payload, stand-alone), ``codec``, ``busy_s`` (median over steps
+    of the CPU work outside collectives, slowest rank per segment between them, s),
+    ``collectives_s`` (median seconds of each of the hook's collectives, last arrival to last
+    exit; only when the ranks share a clock), ``local_s`` and ``hook_encode_s``,
     ``hook_decode_s``, ``hook_comm_s`` (the hook's own per-step timings, s), ``batch_size``.
     """
 
@@ -184,9 +186,13 @@ class TrainingPoint:
             raise TraceError(f"{path or 'point'}: {d!r} is not an object")
         p = f"{path}." if path else ""
         extra = {k: v for k, v in d.items() if k not in cls._KNOWN}
-        for key in ("compute_s", "encode_s", "decode_s"):
+        for key in ("compute_s", "encode_s", "decode_s", "busy_s", "local_s"):
             if key in extra:
                 _num(extra[key], f"{p}{key}", nonneg=True)
+        if "collectives_s" in extra:
+            _samples(extra["collectives_s"], f"{p}collectives_s")
+        if "codec" in extra:
+            _str(extra["codec"], f"{p}codec", ("packed", "elias"))
         for key in ("numel", "compressed_numel", "raw_numel", "payload_bytes", "batch_size"):
             if key in extra:
                 _int(extra[key], f"{p}{key}", minimum=0)

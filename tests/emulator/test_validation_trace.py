@@ -53,6 +53,9 @@ def test_round_trip_keeps_unknown_fields(tmp_path):
     (lambda d: d["training"][0].update(transport="carrier-pigeon"), "training[0].transport"),
     (lambda d: d["training"][0].update(payload_bytes=-3), "training[0].payload_bytes"),
     (lambda d: d["training"][0].pop("iteration_s"), "training[0].iteration_s"),
+    (lambda d: d["training"][0].update(busy_s=-0.1), "training[0].busy_s"),
+    (lambda d: d["training"][0].update(codec="zip"), "training[0].codec"),
+    (lambda d: d["training"][0].update(collectives_s=[0.1, "x"]), "training[0].collectives_s[1]"),
 ])
 def test_bad_fields_are_named(mutate, field):
     d = _trace_dict()
