@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The GPU checks of issue 2 in one run, for a lent CUDA machine (a few minutes of device time):
+# the CUDA tests (bit-identical payloads on CPU and CUDA, measurement on CUDA), then
+# `qsgd-emu bench qsgd --device cuda` (its table reports GB/s against a device-to-device copy).
+#
+#   bash benchmarks/gpu_check.sh [PYTHON]    # PYTHON: an interpreter whose torch sees CUDA
+#
+# Writes its output to $OUT (or out/gpu) as device.txt, gpu_tests.txt and bench_cuda.txt, and prints
+# them; copy the figures, with the card's name, into benchmarks/RESULTS.md.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${1:-${PYTHON:-python3}}
+DEST=${OUT:-out/gpu}
+mkdir -p "$DEST"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+
+if ! "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+    echo "gpu_check: $PY's torch does not see a CUDA device; nothing to run" >&2
+    exit 2
+fi
+"$PY" -c 'import torch; print("device:", torch.cuda.get_device_name(0), "| torch", torch.__version__, "| CUDA", torch.version.cuda)' | tee "$DEST/device.txt"
+
+status=0
+timeout 300 "$PY" -m pytest -q -m gpu tests/qsgd -p no:cacheprovider 2>&1 | tee "$DEST/gpu_tests.txt" || status=1
+timeout 300 "$PY" -m emulator.cli bench qsgd --device cuda 2>&1 | tee "$DEST/bench_cuda.txt" || status=1
+exit $status
