@@ -179,11 +179,6 @@ def build_mlp(width: int, depth: int, in_features: int = 256, classes: int = 10,
     return nn.Sequential(*layers)
 
 
-# last_stats keys recorded per rank (medians, then the slowest rank); hook_s is recorded
-# less comm_s, as the hook's local work.
-_HOOK_KEYS = ("encode_s", "decode_s", "comm_s", "hook_s")
-
-
 def _boot_id() -> str | None:
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -323,8 +318,8 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
                                            waits if state is not None else None)
         if state is not None:
             # What the network does not decide, as the real steps spent it (the payload
-            # trace's view): compute, the hook's local work (index gathers, encode, p
-            # decodes, averaging) and DDP's copies, slowest rank per segment between
+            # trace's view): compute, the hook's local work (copies, encode, p decodes,
+            # averaging) and DDP's own copies, slowest rank per segment between
             # collectives. The emulator predicts the rest. Re-timing the hook's pipeline
             # stand-alone instead put it 8x too high on 4 ranks sharing 2 cores (344 ms
             # against 39 ms in the steps); the max over ranks of whole steps, 10-15% low.
@@ -333,10 +328,11 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
                 # median per collective, in the hook's order (diagnostics: the prediction
                 # does not use them)
                 extra["collectives_s"] = [statistics.median(c) for c in zip(*coll)]
-            med = [statistics.median(h[k] - (h["comm_s"] if k == "hook_s" else 0)
-                                     for h in hook_stats) for k in _HOOK_KEYS]
-            extra.update(zip(("hook_encode_s", "hook_decode_s", "hook_comm_s", "local_s"),
-                             _group_max(med, dist)))
+            # the hook's own timings: each rank's median step, then the slowest rank
+            med = {f"hook_{k}": statistics.median(h[k] for h in hook_stats)
+                   for k in ("encode_s", "decode_s", "comm_s")}
+            med["local_s"] = statistics.median(h["hook_s"] - h["comm_s"] for h in hook_stats)
+            extra.update(zip(med, _group_max(list(med.values()), dist)))
         points.append(TrainingPoint(model=f"mlp{cfg.depth}x{cfg.width}", transport=transport,
                                     bits=bits, iteration_s=statistics.median(samples),
                                     samples_s=tuple(samples), bytes_per_step=bytes_per_step,
