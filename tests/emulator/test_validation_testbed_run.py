@@ -18,7 +18,7 @@ def trace(tmp_path_factory):
     out = tmp_path_factory.mktemp("tb") / "trace.json"
     rc = main(["validate", "testbed", "--hosts", "3", "--rate", "100Mbit", "--out", str(out),
                "--min-bytes", "1KiB", "--max-bytes", "4MiB", "--factor", "4", "--warmup", "1",
-               "--iters", "3", "--train-bits", "4", "--width", "512", "--depth", "2",
+               "--iters", "5", "--train-bits", "4", "--width", "512", "--depth", "2",
                "--batch-size", "8", "--train-warmup", "2", "--train-steps", "8",
                "--timeout", "60", "--wall-timeout", "150"])
     assert rc == 0
