@@ -16,7 +16,8 @@ Each bucket's collective is simulated by the emulator (:func:`emulator.build_sch
 :func:`emulator.simulate` on the graph); results are cached per (op, algorithm, bytes,
 payloads) since buckets of equal size repeat. Small tensors that QSGD sends uncompressed
 (the paper's rule, Alistarh et al. 2017, Section 5) go as a separate fp32 ring allreduce in the
-same stream after the bucket's compressed payload.
+same stream, issued before the encode (which runs while it is in flight) and finished before
+the bucket's compressed payload goes, as :func:`qsgd.qsgd_hook` does.
 """
 from __future__ import annotations
 
@@ -72,7 +73,11 @@ TRANSPORTS: dict[str, Transport] = {
 # ---------------------------------------------------------------- results
 @dataclass(frozen=True)
 class BucketTimeline:
-    """One bucket in the predicted iteration (seconds from the start of the iteration)."""
+    """One bucket in the predicted iteration (seconds from the start of the iteration).
+
+    ``comm_s`` is the network time of the bucket's collectives; with QSGD the small-tensor
+    allreduce runs under the encode, so ``comm_end - encode_end`` can be less than it.
+    """
 
     index: int
     ready_s: float
@@ -272,7 +277,7 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         if t.compressed:
             payload, enc, dec = _bucket_payload(trace, k, cfg)
             enc, dec = compute.codec_seconds(enc), compute.codec_seconds(dec)
-            comm, sent = 0.0, 0.0
+            comm, sent, raw_comm = 0.0, 0.0, 0.0
             wire = 0
             if b.compressed_numel:
                 wire += round(payload)
@@ -286,14 +291,19 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
                 enc = dec = 0.0
             if b.raw_numel:
                 wire += FP32_BYTES * b.raw_numel
-                c, s = net.collective("allreduce", net.algorithm, FP32_BYTES * b.raw_numel)
-                comm, sent = comm + c, sent + s
+                raw_comm, s = net.collective("allreduce", net.algorithm, FP32_BYTES * b.raw_numel)
+                sent += s
+            enc_end = start + enc
+            # qsgd.qsgd_hook issues the small-tensor allreduce before it encodes and the
+            # payload collective after both (one stream): the encode hides the former
+            comm_end = max(enc_end, start + raw_comm) + comm
+            comm += raw_comm
         else:
             enc = dec = 0.0
             wire = t.bytes_per_element * b.numel
             comm, sent = net.collective("allreduce", net.algorithm, wire)
-        enc_end = start + enc
-        comm_end = enc_end + comm
+            enc_end = start
+            comm_end = start + comm
         end = comm_end + dec
         stream_free = end
         codec_total += enc + dec

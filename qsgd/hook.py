@@ -20,7 +20,8 @@ so the hook moves encoded bytes and decodes at the receiver:
     at the price of a second quantization (the variance of two QSGD steps, sec. 3.1).
 
 Parameters with fewer than ``min_numel`` elements travel uncompressed in the same bucket by an
-allreduce (the paper's rule, sec. 5: small tensors cost more in scales than they save). The first
+allreduce (the paper's rule, sec. 5: small tensors cost more in scales than they save), issued
+before the compressed part is encoded and waited for after it, so the two overlap. The first
 ``warmup_steps`` steps use a plain allreduce of the whole bucket. With ``error_feedback`` each
 rank keeps the part its quantizer dropped (``x - Q(x)`` per bucket) and adds it to the next step's
 gradient (Karimireddy et al., ICML 2019, "Error feedback fixes SignSGD").
@@ -60,9 +61,10 @@ class _StepStats:
     comm_s: float = 0.0
     hook_s: float = 0.0        # wall seconds inside the hook: local work is hook_s - comm_s
     buckets: int = 0
-    # (start, end) time.perf_counter() seconds of every collective wait, in order: with the
-    # step's own start and end they split it into local-work segments (the validation
-    # harness takes the slowest rank per segment, as each collective waits for it).
+    # (issued, wait start, wait end) time.perf_counter() seconds of every collective, in
+    # order: the waits split the step into local-work segments (the validation harness takes
+    # the slowest rank per segment, as each collective waits for it); issued < wait start
+    # when local work overlapped the collective.
     waits: list = field(default_factory=list)
 
     def as_dict(self) -> dict:
@@ -96,9 +98,9 @@ class QSGDState:
     last_stats : dict
         The finished step's ``payload_bytes``, ``raw_bytes``, ``bytes_sent`` (bytes),
         ``encode_s``, ``decode_s``, ``comm_s``, ``hook_s`` (seconds; ``hook_s`` is the wall
-        time inside the hook, so ``hook_s - comm_s`` is its local work: index gathers, codec,
-        averaging), ``buckets``, ``waits`` (``(start, end)`` ``time.perf_counter()`` seconds of
-        each collective wait).
+        time inside the hook, so ``hook_s - comm_s`` is its local work: copies, codec,
+        averaging), ``buckets``, ``waits`` (``(issued, wait start, wait end)``
+        ``time.perf_counter()`` seconds of each collective).
     """
 
     def __init__(self, config: QSGDConfig, transport: str = "allgather", min_numel: int = 10_000,
@@ -129,6 +131,7 @@ class QSGDState:
         self.last_stats: dict = _StepStats().as_dict()
         self._stats = _StepStats()
         self._checked = False
+        self._pending = None     # (work, what, issued at, done) of a collective in flight
         self._layouts: dict[tuple, tuple] = {}
         self._param_keys: dict[int, int] = {}
 
@@ -183,12 +186,35 @@ class QSGDState:
                             f"after timeout_s={self.timeout_s:g}: {exc}") from exc
 
     def _collective(self, issue, what: str) -> None:
-        """Issue an async collective, wait for it (bounded), and record the wait."""
+        """Issue an async collective, wait for it (bounded), and record the wait.
+
+        A collective started with :meth:`_start` is finished first: collectives complete in
+        the order they were issued (one NCCL stream; gloo's queue), and the hook keeps it so.
+        """
+        self._finish_pending()
         t0 = time.perf_counter()
         self._wait(issue(), what)
         t1 = time.perf_counter()
         self._stats.comm_s += t1 - t0
-        self._stats.waits.append((t0, t1))
+        self._stats.waits.append((t0, t0, t1))
+
+    def _start(self, issue, what: str, done) -> None:
+        """Issue an async collective and return; ``done()`` runs after its (bounded) wait."""
+        self._finish_pending()
+        t0 = time.perf_counter()
+        self._pending = (issue(), what, t0, done)
+
+    def _finish_pending(self) -> None:
+        if self._pending is None:
+            return
+        work, what, t_issue, done = self._pending
+        self._pending = None
+        t0 = time.perf_counter()
+        self._wait(work, what)
+        t1 = time.perf_counter()
+        self._stats.comm_s += t1 - t0
+        self._stats.waits.append((t_issue, t0, t1))
+        done()
 
     def _all_gather(self, tensor: torch.Tensor, what: str) -> list[torch.Tensor]:
         out = [torch.empty_like(tensor) for _ in range(self.world_size)]
@@ -454,8 +480,14 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
             state._stats.bytes_sent += _ring_allreduce_bytes(small.numel() * small.element_size(),
                                                              state.world_size)
             if state.world_size > 1:
-                state._all_reduce_mean(small, f"bucket {index} small-tensor allreduce")
-            buf[ridx] = small
+                # In flight while the compressed part is copied and encoded (PyTorch's
+                # PowerSGD hook overlaps its uncompressed tensors the same way); finished
+                # before the next collective. A small allreduce is all latency.
+                def done(small=small):
+                    buf[ridx] = small.div_(state.world_size)
+                state._start(lambda: dist.all_reduce(small, group=state.process_group,
+                                                     async_op=True),
+                             f"bucket {index} small-tensor allreduce", done)
         if cruns:
             x = _gather_runs(buf, cruns)
             if state.error_feedback and all(k in state.residuals for k in ckeys):
@@ -466,8 +498,10 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
                 for k, r in zip(ckeys, torch.split((x - own).detach(), cnumels)):
                     state.residuals[k] = r
             _scatter_runs(buf, cruns, mean.to(buf.dtype))
+        state._finish_pending()
         return _completed(buf)
     finally:
+        state._pending = None    # only left over when an error is on its way out
         state._stats.hook_s += time.perf_counter() - t_enter
         if bucket.is_last():
             state._end_step()

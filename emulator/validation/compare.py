@@ -14,7 +14,8 @@ the CPU work as the measured steps spent it, ``busy_s`` (the steps less the hook
 collectives, slowest rank per segment between collectives: compute, the hook's gathers,
 encode, ``p`` decodes and averaging, DDP's copies; the payload trace's view of the codec),
 else ``compute_s`` plus ``local_s`` or ``encode_s + p * decode_s``; plus the emulator's
-prediction of a ring allreduce of the uncompressed small tensors, for the elias codec a ring
+prediction of a ring allreduce of the uncompressed small tensors (less the local work measured
+while it was in flight, ``overlaps_s``: the hook encodes under it), for the elias codec a ring
 allgather of the payload sizes, and one of the ``p`` payloads. Only the network is predicted:
 that is what the validation validates.
 """
@@ -214,7 +215,12 @@ def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate")
         if local is None:
             local = point.get("encode_s") + p * point.get("decode_s")
         busy = compute + local
-    return busy + sum(t for _, t in colls)
+    overlaps = point.get("overlaps_s")
+    if overlaps is None or len(overlaps) != len(colls):
+        overlaps = [0.0] * len(colls)
+    # a collective in flight during local work (the small-tensor allreduce under the
+    # encode) only adds what the work did not cover
+    return busy + sum(max(0.0, t - o) for (_, t), o in zip(colls, overlaps))
 
 
 def _training_rows(trace: MeasuredTrace, G, predictor: str) -> list[dict]:

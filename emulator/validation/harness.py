@@ -188,19 +188,21 @@ def _boot_id() -> str | None:
 
 
 def _timed_steps(step, warmup, steps, dist, waits=None):
-    """Per-step seconds of the slowest rank: ``(wall, busy, collectives)``.
+    """Per-step seconds: ``(wall, busy, overlaps, collectives)``; wall of the slowest rank.
 
-    ``waits()``, called after each step, returns that step's collective waits as
-    ``(start, end)`` ``time.perf_counter()`` pairs (the QSGD hook's ``waits``). They cut the
-    step into local-work segments (compute, codec, copies: what the network does not
-    decide); each collective waits for the slowest rank's segment before it, so ``busy``
-    is the sum over segments of the max over ranks (max over ranks of the sum when ranks
-    cut their steps differently). None without ``waits``.
+    ``waits()``, called after each step, returns that step's collectives as ``(issued, wait
+    start, wait end)`` ``time.perf_counter()`` triples (the QSGD hook's ``waits``). The waits
+    cut the step into local-work segments (compute, codec, copies: what the network does not
+    decide); each collective waits for the slowest rank's segment before it, so ``busy`` is
+    the sum over segments of the max over ranks (max over ranks of the sum when ranks cut
+    their steps differently). ``overlaps`` per step and collective: the local work done
+    while it was in flight (wait start - issued), the least over ranks. None without
+    ``waits``.
 
-    ``collectives`` lists, per step, each collective's seconds from the last rank's arrival
-    to the last rank's exit: what the network took, to set next to the emulator's figure.
-    It needs one clock for all ranks (``time.perf_counter`` is CLOCK_MONOTONIC, shared by
-    the namespaces of one kernel: same ``boot_id``); None otherwise.
+    ``collectives`` lists, per step, each collective's seconds from the last rank's issue to
+    the last rank's exit: what the network took, to set next to the emulator's figure. It
+    needs one clock for all ranks (``time.perf_counter`` is CLOCK_MONOTONIC, shared by the
+    namespaces of one kernel: same ``boot_id``); None otherwise.
     """
     for _ in range(warmup):
         step()
@@ -213,21 +215,22 @@ def _timed_steps(step, warmup, steps, dist, waits=None):
         wall.append(t1 - t0)
         if waits is not None:
             raw.append(list(waits()))
-            edges = [t0, *(t for w in raw[-1] for t in w), t1]
+            edges = [t0, *(t for _, start, end in raw[-1] for t in (start, end)), t1]
             segs.append([edges[i + 1] - edges[i] for i in range(0, len(edges), 2)])
     wall = _group_max(wall, dist)
     if waits is None:
-        return wall, None, None
+        return wall, None, None, None
     every = [None] * dist.get_world_size()
     dist.all_gather_object(every, (_boot_id(), segs, raw))
-    collectives = None
-    if len({b for b, _, _ in every}) == 1 and every[0][0] is not None:
-        collectives = []
-        for per_rank in zip(*(r for _, _, r in every)):
-            if len({len(w) for w in per_rank}) == 1:
-                collectives.append([max(e for _, e in col) - max(a for a, _ in col)
-                                    for col in zip(*per_rank)])
-    return wall, critical_busy([s for _, s, _ in every]), collectives
+    overlaps, collectives = [], []
+    for per_rank in zip(*(r for _, _, r in every)):
+        if len({len(w) for w in per_rank}) == 1:
+            overlaps.append([min(w - i for i, w, _ in col) for col in zip(*per_rank)])
+            collectives.append([max(e for _, _, e in col) - max(i for i, _, _ in col)
+                                for col in zip(*per_rank)])
+    if len({b for b, _, _ in every}) != 1 or every[0][0] is None:
+        collectives = None
+    return wall, critical_busy([s for _, s, _ in every]), overlaps, collectives
 
 
 def critical_busy(segments) -> list[float]:
@@ -314,8 +317,8 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
         def waits():
             hook_stats.append(dict(state.last_stats))
             return hook_stats[-1]["waits"]
-        samples, busy, coll = _timed_steps(step, cfg.train_warmup, cfg.train_steps, dist,
-                                           waits if state is not None else None)
+        samples, busy, overlaps, coll = _timed_steps(step, cfg.train_warmup, cfg.train_steps,
+                                                     dist, waits if state is not None else None)
         if state is not None:
             # What the network does not decide, as the real steps spent it (the payload
             # trace's view): compute, the hook's local work (copies, encode, p decodes,
@@ -324,6 +327,10 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
             # stand-alone instead put it 8x too high on 4 ranks sharing 2 cores (344 ms
             # against 39 ms in the steps); the max over ranks of whole steps, 10-15% low.
             extra["busy_s"] = statistics.median(busy)
+            if overlaps and len({len(o) for o in overlaps}) == 1:
+                # median per collective, in the hook's order: the local work that ran while
+                # it was in flight (the small-tensor allreduce under the encode)
+                extra["overlaps_s"] = [statistics.median(o) for o in zip(*overlaps)]
             if coll and len({len(c) for c in coll}) == 1:
                 # median per collective, in the hook's order (diagnostics: the prediction
                 # does not use them)

@@ -151,7 +151,8 @@ class TrainingPoint:
     ``decode_s`` (seconds per payload, stand-alone), ``codec``, ``busy_s`` (median over steps
     of the CPU work outside collectives, slowest rank per segment between them, s),
     ``collectives_s`` (median seconds of each of the hook's collectives, last arrival to last
-    exit; only when the ranks share a clock), ``local_s`` and ``hook_encode_s``,
+    exit; only when the ranks share a clock), ``overlaps_s`` (per collective, the local work
+    done while it was in flight, s), ``local_s`` and ``hook_encode_s``,
     ``hook_decode_s``, ``hook_comm_s`` (the hook's own per-step timings, s), ``batch_size``.
     """
 
@@ -189,8 +190,9 @@ class TrainingPoint:
         for key in ("compute_s", "encode_s", "decode_s", "busy_s", "local_s"):
             if key in extra:
                 _num(extra[key], f"{p}{key}", nonneg=True)
-        if "collectives_s" in extra:
-            _samples(extra["collectives_s"], f"{p}collectives_s")
+        for key in ("collectives_s", "overlaps_s"):
+            if key in extra:
+                _samples(extra[key], f"{p}{key}")
         if "codec" in extra:
             _str(extra["codec"], f"{p}codec", ("packed", "elias"))
         for key in ("numel", "compressed_numel", "raw_numel", "payload_bytes", "batch_size"):

@@ -108,6 +108,12 @@ def test_training_speedup_next_to_the_prediction():
     assert predict_training(q, G, 4, predictor="star") - predict_training(
         packed, G, 4, predictor="star") == pytest.approx(
         ring_over_star(G, "allgather", "ring", 16 * 4), rel=1e-9)
+    # local work done while the small-tensor allreduce was in flight hides it (up to all of it)
+    for ov, hidden in ((1e-5, 1e-5), (10.0, ring_over_star(G, "allreduce", "ring", 4 * 3000))):
+        under = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0,
+                              extra=dict(packed.extra, overlaps_s=[ov, 0.0]))
+        assert predict_training(packed, G, 4, predictor="star") - predict_training(
+            under, G, 4, predictor="star") == pytest.approx(hidden, rel=1e-9)
     # missing fields: no prediction rather than a wrong one
     bare = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0, extra={"compute_s": 0.1, "numel": 10})
     assert predict_training(bare, topologies.from_spec(SPEC), 4, predictor="star") is None
