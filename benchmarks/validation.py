@@ -129,6 +129,8 @@ def main(argv=None) -> int:
                 parts = [f"CPU work {t['busy_s'] * 1e3:.1f} ms"]
                 for c in t.get("collectives") or ():
                     m = "n/a" if c["measured_s"] is None else f"{c['measured_s'] * 1e3:.1f}"
+                    if c.get("overlap_s"):
+                        m += f" (under {c['overlap_s'] * 1e3:.1f} of CPU work)"
                     parts.append(f"{c['name']} {m} vs {c['predicted_s'] * 1e3:.1f} ms")
                 print("      " + "; ".join(parts))
     with open(os.path.join(args.out, "summary.json"), "w") as f:

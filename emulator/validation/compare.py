@@ -238,11 +238,13 @@ def _training_rows(trace: MeasuredTrace, G, predictor: str) -> list[dict]:
         colls = step_collectives(t, G, p, predictor=predictor)
         if colls is not None:
             row["busy_s"] = t.get("busy_s")
-            measured = t.get("collectives_s")
-            if measured is not None and len(measured) != len(colls):
-                measured = None     # a different hook (or version) ran: nothing to pair
+            measured, under = t.get("collectives_s"), t.get("overlaps_s")
+            # from a different hook (or version) than the prediction's: nothing to pair
+            measured = measured if measured is not None and len(measured) == len(colls) else None
+            under = under if under is not None and len(under) == len(colls) else None
             row["collectives"] = [{"name": n, "predicted_s": ps,
-                                   "measured_s": None if measured is None else measured[i]}
+                                   "measured_s": None if measured is None else measured[i],
+                                   "overlap_s": None if under is None else under[i]}
                                   for i, (n, ps) in enumerate(colls)]
         ref = base.get(t.model)
         if ref is not None and t is not ref:
