@@ -15,9 +15,10 @@ The model of an iteration (as PyTorch DDP with NCCL runs it):
 Each bucket's collective is simulated by the emulator (:func:`emulator.build_schedule` and
 :func:`emulator.simulate` on the graph); results are cached per (op, algorithm, bytes,
 payloads) since buckets of equal size repeat. Small tensors that QSGD sends uncompressed
-(the paper's rule, Alistarh et al. 2017, Section 5) go as a separate fp32 ring allreduce in the
-same stream, issued before the encode (which runs while it is in flight) and finished before
-the bucket's compressed payload goes, as :func:`qsgd.qsgd_hook` does.
+(the paper's rule, Alistarh et al. 2017, Section 5) travel as :func:`qsgd.qsgd_hook` sends
+them: in front of the payload in the all-gather transport's one collective; for
+scatter-reduce-allgather as a separate fp32 ring allreduce in the same stream, issued before
+the encode (which runs while it is in flight) and finished before the compressed payload goes.
 """
 from __future__ import annotations
 
@@ -278,20 +279,23 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             payload, enc, dec = _bucket_payload(trace, k, cfg)
             enc, dec = compute.codec_seconds(enc), compute.codec_seconds(dec)
             comm, sent, raw_comm = 0.0, 0.0, 0.0
-            wire = 0
+            # qsgd.qsgd_hook's allgather transport carries the raw small tensors in front of
+            # the payload, in its one all_gather
+            raw_bytes = FP32_BYTES * b.raw_numel
+            folded = bool(t.algorithm == "qsgd_allgather" and b.compressed_numel and raw_bytes)
+            wire = raw_bytes
             if b.compressed_numel:
                 wire += round(payload)
                 if t.algorithm == "qsgd_allgather":
-                    sizes = [round(payload)] * p
+                    sizes = [round(payload) + (raw_bytes if folded else 0)] * p
                 else:
                     sizes = _chunk_payloads(payload, b.compressed_numel, p)
                 c, s = net.collective(op, t.algorithm, FP32_BYTES * b.compressed_numel, sizes)
                 comm, sent = comm + c, sent + s
             else:
                 enc = dec = 0.0
-            if b.raw_numel:
-                wire += FP32_BYTES * b.raw_numel
-                raw_comm, s = net.collective("allreduce", net.algorithm, FP32_BYTES * b.raw_numel)
+            if raw_bytes and not folded:
+                raw_comm, s = net.collective("allreduce", net.algorithm, raw_bytes)
                 sent += s
             enc_end = start + enc
             # qsgd.qsgd_hook issues the small-tensor allreduce before it encodes and the

@@ -19,9 +19,10 @@ so the hook moves encoded bytes and decodes at the receiver:
     all-gathers it; everyone decodes. Bytes per rank fall from ``(p-1) P`` to about ``2 (p-1) P / p``
     at the price of a second quantization (the variance of two QSGD steps, sec. 3.1).
 
-Parameters with fewer than ``min_numel`` elements travel uncompressed in the same bucket by an
-allreduce (the paper's rule, sec. 5: small tensors cost more in scales than they save), issued
-before the compressed part is encoded and waited for after it, so the two overlap. The first
+Parameters with fewer than ``min_numel`` elements travel uncompressed (the paper's rule, sec. 5:
+small tensors cost more in scales than they save): with ``allgather`` in front of the payload in
+its all_gather, one collective per bucket; with ``scatter_reduce_allgather`` by a ring allreduce
+issued before the encode and waited for after it, so the two overlap. The first
 ``warmup_steps`` steps use a plain allreduce of the whole bucket. With ``error_feedback`` each
 rank keeps the part its quantizer dropped (``x - Q(x)`` per bucket) and adds it to the next step's
 gradient (Karimireddy et al., ICML 2019, "Error feedback fixes SignSGD").
@@ -44,7 +45,8 @@ from qsgd.codec import decode, encode, payload_nbytes
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, HookError
 
-#: transport name -> bucket function ``(state, flat) -> averaged flat`` (filled below).
+#: transport name -> bucket function ``(state, flat, bucket, raw) -> (mean, own decoded, raw
+#: mean or None)`` (filled below).
 TRANSPORTS: dict[str, Any] = {}
 
 # Bytes of the config fingerprint exchanged on the first call (JSON, zero padded).
@@ -349,14 +351,16 @@ def _decode(state: QSGDState, payload: torch.Tensor, device) -> torch.Tensor:
     return out
 
 
-def _gather_payloads(state: QSGDState, payload: torch.Tensor, numels: list[int],
-                     what: str) -> list[torch.Tensor]:
-    """All ranks' payloads (unpadded); rank ``r`` encoded ``numels[r]`` elements.
+def _gather_payloads(state: QSGDState, payload: torch.Tensor, numels: list[int], what: str,
+                     raw: torch.Tensor | None = None) -> tuple[list, list | None]:
+    """All ranks' payloads (unpadded), and their ``raw`` tensors; rank ``r`` encoded ``numels[r]``.
 
     Packed payloads have a size every rank can compute (:func:`qsgd.payload_nbytes`), so one
     all_gather moves them; Elias sizes depend on the data and are all-gathered first. On a
     latency-bound network (small buckets, or CPU ranks that share cores) that second round
-    trip costs as much as the payload itself.
+    trip costs as much as the payload itself. ``raw`` (same size on every rank) travels in
+    front of the payload in the same all_gather, as its bytes: a separate allreduce of a few
+    KB would cost another round trip of latency.
     """
     device = _group_device(state.process_group)
     rank = state.rank
@@ -373,31 +377,43 @@ def _gather_payloads(state: QSGDState, payload: torch.Tensor, numels: list[int],
             raise HookError(f"{what}: ranks hold element counts {got_numels}, expected "
                             f"{list(numels)} (the models or min_numel differ across ranks)")
         sizes = [int(m[0]) for m in metas]
-    padded = torch.zeros(max(sizes), dtype=torch.uint8, device=device)
-    padded[: payload.numel()] = payload.to(device)
+    # raw first: each gathered buffer starts on an allocation, so its raw bytes view back
+    # as raw's dtype whatever the payload sizes
+    lead = 0 if raw is None else raw.numel() * raw.element_size()
+    padded = torch.zeros(lead + max(sizes), dtype=torch.uint8, device=device)
+    if raw is not None:
+        padded[:lead] = raw.contiguous().view(torch.uint8).to(device)
+    padded[lead: lead + payload.numel()] = payload.to(device)
     got = state._all_gather(padded, f"{what} payload all_gather")
-    return [g[:s] for g, s in zip(got, sizes)]
+    raws = None if raw is None else [g[:lead].view(raw.dtype).to(raw.device) for g in got]
+    return [g[lead: lead + s] for g, s in zip(got, sizes)], raws
 
 
-def _allgather(state: QSGDState, x: torch.Tensor, bucket: int) -> torch.Tensor:
+def _mean_in_order(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """Their mean, summed in list order into one buffer: every rank adds the same tensors in
+    the same order (identical results), and a stack would allocate all of them again."""
+    acc = tensors[0].clone()
+    for t in tensors[1:]:
+        acc.add_(t)
+    return acc.div_(len(tensors))
+
+
+def _allgather(state: QSGDState, x: torch.Tensor, bucket: int, raw=None):
     p, rank = state.world_size, state.rank
     payload = _encode(state, x, rank, bucket)
     state._stats.bytes_sent += (p - 1) * payload.numel()
+    raws = None
     if p == 1:
         decoded = [_decode(state, payload, x.device)]
     else:
-        decoded = [_decode(state, g, x.device) for g in
-                   _gather_payloads(state, payload, [x.numel()] * p, f"bucket {bucket}")]
-    # summed in rank order into one buffer (a stack of p decoded buckets would allocate
-    # p times the bucket again); every rank adds the same tensors in the same order
-    mean = decoded[0].clone()
-    for d in decoded[1:]:
-        mean.add_(d)
-    own = decoded[rank]
-    return mean.div_(p), own
+        payloads, raws = _gather_payloads(state, payload, [x.numel()] * p, f"bucket {bucket}", raw)
+        decoded = [_decode(state, g, x.device) for g in payloads]
+    return _mean_in_order(decoded), decoded[rank], None if raws is None else _mean_in_order(raws)
 
 
-def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int) -> torch.Tensor:
+def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int, raw=None):
+    if raw is not None:
+        raise HookError("scatter_reduce_allgather does not carry raw tensors (see _RAW_IN_PAYLOAD)")
     p, rank = state.world_size, state.rank
     chunks = torch.tensor_split(x, p)
     # Distinct streams: chunk j of bucket b is stream bucket = b * p + j; the re-quantization of
@@ -429,13 +445,18 @@ def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int) ->
     if p == 1:
         parts = [requant]
     else:
-        parts = _gather_payloads(state, requant, [c.numel() for c in chunks],
-                                 f"bucket {bucket} mean chunk")
+        parts, _ = _gather_payloads(state, requant, [c.numel() for c in chunks],
+                                    f"bucket {bucket} mean chunk")
     mean = torch.cat([_decode(state, pl, x.device) for pl in parts])
-    return mean, own
+    return mean, own, None
 
 
 TRANSPORTS.update(allgather=_allgather, scatter_reduce_allgather=_scatter_reduce_allgather)
+#: Transports whose payload all_gather also carries the bucket's uncompressed small tensors
+#: (each rank receives them from every other: (p-1) x their bytes, in proportion to the
+#: payloads it receives anyway). The others send them by a ring allreduce issued before the
+#: encode, whose bytes do not grow with p.
+_RAW_IN_PAYLOAD = frozenset({"allgather"})
 
 
 def _completed(tensor: torch.Tensor) -> torch.futures.Future:
@@ -474,12 +495,14 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
             if state.world_size > 1:
                 state._all_reduce_mean(buf, f"bucket {index} warm-up allreduce")
             return _completed(buf)
-        if ridx.numel():
-            small = buf[ridx]
-            state._stats.raw_bytes += small.numel() * small.element_size()
-            state._stats.bytes_sent += _ring_allreduce_bytes(small.numel() * small.element_size(),
-                                                             state.world_size)
-            if state.world_size > 1:
+        p = state.world_size
+        small = buf[ridx] if ridx.numel() else None
+        fold = small is not None and bool(cruns) and p > 1 and state.transport in _RAW_IN_PAYLOAD
+        if small is not None:
+            nbytes = small.numel() * small.element_size()
+            state._stats.raw_bytes += nbytes
+            state._stats.bytes_sent += (p - 1) * nbytes if fold else _ring_allreduce_bytes(nbytes, p)
+            if p > 1 and not fold:
                 # In flight while the compressed part is copied and encoded (PyTorch's
                 # PowerSGD hook overlaps its uncompressed tensors the same way); finished
                 # before the next collective. A small allreduce is all latency.
@@ -492,7 +515,10 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
             x = _gather_runs(buf, cruns)
             if state.error_feedback and all(k in state.residuals for k in ckeys):
                 x = x + torch.cat([state.residuals[k].to(x.device) for k in ckeys])
-            mean, own = TRANSPORTS[state.transport](state, x, index)
+            mean, own, small_mean = TRANSPORTS[state.transport](state, x, index,
+                                                                small if fold else None)
+            if small_mean is not None:
+                buf[ridx] = small_mean
             if state.error_feedback:
                 # Kept per parameter (not per bucket) so that a rebuilt bucket layout still matches.
                 for k, r in zip(ckeys, torch.split((x - own).detach(), cnumels)):

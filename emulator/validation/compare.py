@@ -14,10 +14,10 @@ the CPU work as the measured steps spent it, ``busy_s`` (the steps less the hook
 collectives, slowest rank per segment between collectives: compute, the hook's gathers,
 encode, ``p`` decodes and averaging, DDP's copies; the payload trace's view of the codec),
 else ``compute_s`` plus ``local_s`` or ``encode_s + p * decode_s``; plus the emulator's
-prediction of a ring allreduce of the uncompressed small tensors (less the local work measured
-while it was in flight, ``overlaps_s``: the hook encodes under it), for the elias codec a ring
-allgather of the payload sizes, and one of the ``p`` payloads. Only the network is predicted:
-that is what the validation validates.
+prediction of each of the hook's collectives (:func:`step_collectives`: for the elias codec a
+ring allgather of the payload sizes, then one of the ``p`` payloads with the uncompressed small
+tensors in front), less any local work measured while one was in flight (``overlaps_s``).
+Only the network is predicted: that is what the validation validates.
 """
 from __future__ import annotations
 
@@ -176,22 +176,20 @@ def step_collectives(point, G: nx.Graph, p: int, *,
                      predictor: str = "simulate") -> list[tuple[str, float]] | None:
     """The emulator's seconds for each collective of one QSGD step, in the hook's order.
 
-    ``[(name, seconds), ...]``: the ring allreduce of the uncompressed small tensors (when
-    there are any), the size all_gather (elias only: packed sizes are known to every rank)
-    and the payload all_gather. None for a point the hook did not run (fp32 allreduce) or
-    one without ``payload_bytes``/``raw_numel``.
+    ``[(name, seconds), ...]``: the size all_gather (elias only: packed sizes are known to
+    every rank), then the all_gather of every rank's payload with its uncompressed small
+    tensors in front (``4 * raw_numel`` bytes). None for a point the hook did not run this
+    way (fp32 allreduce, scatter-reduce-allgather) or one without
+    ``payload_bytes``/``raw_numel``.
     """
     if point.transport != "allgather" or point.get("payload_bytes") is None \
             or point.get("raw_numel") is None:
         return None
     out = []
-    if point.get("raw_numel"):
-        out.append(("small-tensor allreduce",
-                     predict(G, "allreduce", "ring", 4 * point.get("raw_numel"), predictor)))
     if point.get("codec", "packed") != "packed":
         out.append(("size all_gather", predict(G, "allgather", "ring", 16 * p, predictor)))
-    out.append(("payload all_gather",
-                predict(G, "allgather", "ring", p * point.get("payload_bytes"), predictor)))
+    per_rank = point.get("payload_bytes") + 4 * point.get("raw_numel")
+    out.append(("payload all_gather", predict(G, "allgather", "ring", p * per_rank, predictor)))
     return out
 
 
@@ -218,8 +216,7 @@ def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate")
     overlaps = point.get("overlaps_s")
     if overlaps is None or len(overlaps) != len(colls):
         overlaps = [0.0] * len(colls)
-    # a collective in flight during local work (the small-tensor allreduce under the
-    # encode) only adds what the work did not cover
+    # a collective in flight during local work only adds what the work did not cover
     return busy + sum(max(0.0, t - o) for (_, t), o in zip(colls, overlaps))
 
 

@@ -306,7 +306,11 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
             enc, dec, payload = _codec_seconds(flat, qcfg, cfg, rank)
             extra.update(payload_bytes=payload, encode_s=enc, decode_s=dec,
                          levels=qcfg.levels, bucket_size=qcfg.bucket_size, codec=qcfg.codec)
-            bytes_per_step = int((p - 1) * payload + 2 * (p - 1) / p * raw_numel * 4)
+            # the hook's allgather carries the raw tensors in front of the payload; the
+            # scatter-reduce-allgather transport allreduces them (ring)
+            raw_sent = ((p - 1) * raw_numel * 4 if transport == "allgather"
+                        else 2 * (p - 1) / p * raw_numel * 4)
+            bytes_per_step = int((p - 1) * payload + raw_sent)
         sgd = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
         def step():

@@ -104,12 +104,15 @@ def _bucket_collectives(G, transport: str, p: int) -> list[float]:
                                                                     graph=G)).time_s)
             continue
         t = 0.0
+        # the hook's allgather transport carries a mixed bucket's raw tensors in its payload
+        folded = transport == "qsgd_allgather" and c and r
         if c:
             payload = qsgd.payload_nbytes(c, CFG4)
-            sizes = [payload] * p if transport == "qsgd_allgather" else chunk_payloads(payload, c, p)
+            sizes = ([payload + (4 * r if folded else 0)] * p if transport == "qsgd_allgather"
+                     else chunk_payloads(payload, c, p))
             t += emulator.simulate(G, emulator.build_schedule(
                 "allreduce", transport, ranks, 4 * c, graph=G, payload_bytes=sizes)).time_s
-        if r:
+        if r and not folded:
             t += emulator.simulate(G, emulator.build_schedule("allreduce", "ring", ranks, 4 * r,
                                                               graph=G)).time_s
         out.append(t)
