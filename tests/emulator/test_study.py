@@ -46,7 +46,8 @@ def expected_bytes_per_gpu(transport: str, bits: int, p: int) -> float:
 
     Ring allreduce of n bytes: 2 (p-1)/p n per GPU. QSGD all-gather: (p-1) payloads. QSGD
     scatter-reduce-allgather: the p chunks go once to their owners and once around the ring,
-    2 (p-1)/p of their total. The uncompressed small tensors add a ring allreduce of their fp32.
+    2 (p-1)/p of their total. The uncompressed small tensors add a ring allreduce of their fp32,
+    except in a mixed bucket of the all-gather transport, whose payloads carry them: (p-1) x.
     """
     ring = 2 * (p - 1) / p
     if transport == "fp32":
@@ -57,9 +58,9 @@ def expected_bytes_per_gpu(transport: str, bits: int, p: int) -> float:
         if c:
             payload = qsgd.payload_nbytes(c, cfg)
             if transport == "qsgd_allgather":
-                total += (p - 1) * payload
-            else:
-                total += ring * sum(chunk_payloads(payload, c, p))
+                total += (p - 1) * (payload + 4 * r)
+                continue
+            total += ring * sum(chunk_payloads(payload, c, p))
         total += ring * 4 * r
     return total
 
