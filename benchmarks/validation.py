@@ -66,6 +66,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
 
     from emulator.validation import MeasuredTrace, compare
+    from emulator.validation.compare import step_breakdown
 
     rows, summary = [], []
     for rate in [r.strip() for r in args.rates.split(",") if r.strip()]:
@@ -123,16 +124,9 @@ def main(argv=None) -> int:
                          f"{t['predicted_speedup']:.2f}x ({t['speedup_rel_error']:+.1%}) "
                          f"[{'OK' if s['speedup_ok'] else 'MISS'} <= 15%]")
             print(line)
-            if t.get("busy_s") is not None:
-                # where the step's time went: CPU work (measured) and each collective
-                # (measured in the step, last arrival to last exit, next to the emulator's)
-                parts = [f"CPU work {t['busy_s'] * 1e3:.1f} ms"]
-                for c in t.get("collectives") or ():
-                    m = "n/a" if c["measured_s"] is None else f"{c['measured_s'] * 1e3:.1f}"
-                    if c.get("overlap_s"):
-                        m += f" (under {c['overlap_s'] * 1e3:.1f} of CPU work)"
-                    parts.append(f"{c['name']} {m} vs {c['predicted_s'] * 1e3:.1f} ms")
-                print("      " + "; ".join(parts))
+            where = step_breakdown(t)
+            if where:
+                print("      " + where)
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
     return 0

@@ -232,6 +232,7 @@ def _compare(args) -> int:
     import topologies
     from ..validation import compare
     from ..validation.calibrate import Calibration
+    from ..validation.compare import step_breakdown
 
     trace = _load_trace(args.trace)
     cal = None
@@ -268,6 +269,9 @@ def _compare(args) -> int:
             if "predicted_speedup" in t:
                 line += f", predicted {t['predicted_speedup']:.2f}x ({t['speedup_rel_error']:+.1%})"
         print(line)
+        where = step_breakdown(t)
+        if where:
+            print("  " + where)
     return 0
 
 

@@ -33,8 +33,8 @@ from ..errors import CalibrationError, TraceError
 from .calibrate import Calibration, calibrate, predict
 from .trace import MeasuredTrace, _get, _num, _str
 
-__all__ = ["ValidationReport", "compare", "predict_training", "step_collectives", "FORMAT",
-           "VERSION"]
+__all__ = ["ValidationReport", "compare", "predict_training", "step_collectives",
+           "step_breakdown", "FORMAT", "VERSION"]
 
 FORMAT = "qsgd-validation-report"
 VERSION = 1
@@ -218,6 +218,24 @@ def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate")
         overlaps = [0.0] * len(colls)
     # a collective in flight during local work only adds what the work did not cover
     return busy + sum(max(0.0, t - o) for (_, t), o in zip(colls, overlaps))
+
+
+def step_breakdown(row: dict) -> str | None:
+    """One line on where a QSGD training row's step went, or None for rows without one.
+
+    The CPU work the real steps spent outside collectives (``busy_s``) and each of the hook's
+    collectives as measured inside the steps (last rank's issue to last rank's exit; "n/a"
+    where the ranks had no common clock) next to the emulator's figure.
+    """
+    if row.get("busy_s") is None:
+        return None
+    parts = [f"CPU work {row['busy_s'] * 1e3:.1f} ms"]
+    for c in row.get("collectives") or ():
+        m = "n/a" if c["measured_s"] is None else f"{c['measured_s'] * 1e3:.1f}"
+        if c.get("overlap_s"):
+            m += f" (under {c['overlap_s'] * 1e3:.1f} of CPU work)"
+        parts.append(f"{c['name']} {m} vs {c['predicted_s'] * 1e3:.1f} ms")
+    return "; ".join(parts)
 
 
 def _training_rows(trace: MeasuredTrace, G, predictor: str) -> list[dict]:

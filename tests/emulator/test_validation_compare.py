@@ -151,3 +151,15 @@ def test_topology_is_required():
         compare(bare, predictor="star")
     rep = compare(bare, topology=SPEC, predictor="star")
     assert rep.topology == SPEC
+
+
+def test_step_breakdown_line():
+    from emulator.validation.compare import step_breakdown
+
+    row = {"busy_s": 0.0778, "collectives": [
+        {"name": "size all_gather", "predicted_s": 0.0002, "measured_s": None, "overlap_s": None},
+        {"name": "payload all_gather", "predicted_s": 0.0302, "measured_s": 0.0348,
+         "overlap_s": 0.004}]}
+    assert step_breakdown(row) == ("CPU work 77.8 ms; size all_gather n/a vs 0.2 ms; payload "
+                                   "all_gather 34.8 (under 4.0 of CPU work) vs 30.2 ms")
+    assert step_breakdown({"bits": 32, "busy_s": None}) is None
