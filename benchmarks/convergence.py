@@ -1,6 +1,6 @@
 """Convergence report: does QSGD train as well as fp32 allreduce, and for how many bytes?
 
-Real DDP training (the project's own ``emulator.training`` loop, the code behind ``qsgd-emu
+Real DDP training (the project's own ``testbench.training`` loop, the code behind ``qsgd-emu
 train``) of the MLP on scikit-learn's digits over N local gloo ranks: fp32 allreduce, QSGD at
 8, 4 and 2 bits (DDP hook ``qsgd.qsgd_hook``), optionally PyTorch's ``fp16_compress_hook`` and
 ``powerSGD_hook``, all with the same epochs, learning rate, batch size and seeds. Prints, per
@@ -82,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def configs(args):
     """``[(label, compression, bits, TrainConfig)]``: every compression for every seed."""
-    from emulator.training.loop import TrainConfig
+    from testbench.training.loop import TrainConfig
 
     common = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
                   transport=args.transport, bucket_size=args.bucket_size,
@@ -100,11 +100,11 @@ def configs(args):
 
 def _ranks_main(rank: int, world: int, cfgs, store_path, run_ids):
     """Every rank trains every config in turn; rank 0 logs and returns the summaries."""
-    from emulator.training.loop import train
+    from testbench.training.loop import train
 
     store = None
     if rank == 0 and store_path is not None:
-        from emulator.store import RunStore
+        from testbench.store import RunStore
 
         store = RunStore(store_path)
     out = []
@@ -125,7 +125,7 @@ def _ranks_main(rank: int, world: int, cfgs, store_path, run_ids):
 
 def report(args, runs) -> dict:
     """The table (one row per compression, seeds aggregated) and the checks."""
-    from emulator.training.datasets import load_dataset
+    from testbench.training.datasets import load_dataset
 
     by = {}
     for (label, comp, bits, cfg), s in runs:
@@ -202,14 +202,14 @@ def print_table(doc: dict) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    from emulator.training import launch
+    from testbench.training import launch
 
     plan = configs(args)
     run_ids = [None] * len(plan)
     if args.store:
         from dataclasses import asdict
 
-        from emulator.store import RunStore
+        from testbench.store import RunStore
 
         store = RunStore(args.store)
         run_ids = [store.create_run("train", cfg.name, dict(asdict(cfg), world_size=args.ranks))

@@ -35,7 +35,7 @@ sys.path.insert(0, ROOT)
 
 def measure(rate: str, hosts: int, out: str, args) -> str:
     trace = os.path.join(out, f"trace_{rate}.json")
-    cmd = [sys.executable, "-m", "emulator.cli", "validate", "testbed", "--hosts", str(hosts),
+    cmd = [sys.executable, "-m", "qsgd_emu.cli", "validate", "testbed", "--hosts", str(hosts),
            "--rate", rate, "--out", trace, "--min-bytes", args.min_bytes, "--max-bytes",
            args.max_bytes, "--factor", "2", "--warmup", "2", "--iters", str(args.iters),
            "--train-bits", "4", "--width", str(args.width), "--depth", str(args.depth),

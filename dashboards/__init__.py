@@ -1,28 +1,9 @@
 """The Plotly Dash dashboard: what-if studies, topology views, live runs and validation.
 
-``create_app`` is loaded on first use, so ``import dashboards`` does not import Dash.
+``create_app(store_path)`` returns the Dash app; ``qsgd-emu dashboard`` serves it. Nothing is
+computed at import time: pages run the emulator in background callbacks.
 """
-from __future__ import annotations
+from .app import create_app
+from .errors import DashboardError
 
-import importlib
-
-_EXPORTS: dict[str, str] = {
-    "create_app": "dashboards.app",
-    "DashboardError": "dashboards.errors",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'dashboards' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__all__ = ["create_app", "DashboardError"]

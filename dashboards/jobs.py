@@ -260,17 +260,17 @@ def predict_points(collectives: Sequence[Mapping[str, Any]], spec: str, algorith
 
 def stored_reports(store_path: str | None) -> list[dict]:
     """Dropdown options for the ValidationReports saved in the run store."""
-    import emulator
+    import testbench
 
-    store = emulator.RunStore(store_path)
+    store = testbench.RunStore(store_path)
     return [{"label": f"#{r['id']} report (run {r.get('run_id')})", "value": r["id"]}
             for r in store.results(kind="validation-report")]
 
 
 def stored_report_points(store_path: str | None, result_id: int) -> list[dict]:
-    import emulator
+    import testbench
 
-    store = emulator.RunStore(store_path)
+    store = testbench.RunStore(store_path)
     for r in store.results(kind="validation-report"):
         if r["id"] == result_id:
             return report_points(r["payload"], f"stored report #{result_id}")

@@ -1,70 +1,40 @@
 """A SimPy flow-level network emulator that replays QSGD payloads through collective algorithms.
 
-The public names are loaded on first use (PEP 562): ``import emulator`` does not import
-SimPy, torch or numpy until a name that needs them is touched.
+Layers: :mod:`emulator.collectives` turns (op, algorithm, ranks, bytes) into a schedule of
+transfers (pure functions, no SimPy); :mod:`emulator.engine` moves the transfers over a
+topology's links; :func:`replay` puts a measured model's buckets on that network and
+:func:`run_study` sweeps it; :mod:`emulator.validation` compares predictions with real runs.
+torch is imported only by the functions that read a :class:`qsgd.PayloadTrace`.
+
+>>> import emulator, topologies
+>>> G = topologies.from_spec("ring:4,bw=10GB/s,lat=1us")
+>>> r = emulator.run_collective(G, "allreduce", "ring", 4_000_000)
+>>> round(r.time_s * 1e6, 2)   # 2(p-1) (alpha + n/(p B)) = 6 (1 + 100) us
+606.0
 """
-from __future__ import annotations
+from .closed_form import closed_form
+from .collectives import ALGORITHMS, Schedule, Transfer, build_schedule, busbw_factor
+from .compute import DEVICES, ComputeModel
+from .engine import run_collective, simulate
+from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError, SimulationError,
+                     TraceError)
+from .faults import DegradedLink, Fault, RemovedLink, Straggler
+from .replaying import TRANSPORTS, Prediction, replay
+from .report import write_report
+from .result import CollectiveResult
+from .study import StudyConfig, run_study, topology_for
+from .sweep import size_sweep
+from .validation import (CollectivePoint, MeasuredTrace, TrainingPoint, ValidationReport,
+                         calibrate, compare, import_nccl_tests)
 
-import importlib
-
-# public name -> submodule that defines it
-_EXPORTS: dict[str, str] = {
-    # errors
-    "EmulatorError": "emulator.errors",
-    "ConfigError": "emulator.errors",
-    "ScheduleError": "emulator.errors",
-    "SimulationError": "emulator.errors",
-    "TraceError": "emulator.errors",
-    "StoreError": "emulator.errors",
-    "CalibrationError": "emulator.errors",
-    # collectives: pure schedules, no SimPy
-    "Transfer": "emulator.collectives",
-    "Schedule": "emulator.collectives",
-    "ALGORITHMS": "emulator.collectives",
-    "build_schedule": "emulator.collectives",
-    "busbw_factor": "emulator.collectives",
-    "closed_form": "emulator.closed_form",
-    # engine
-    "simulate": "emulator.engine",
-    "run_collective": "emulator.engine",
-    "CollectiveResult": "emulator.result",
-    "Fault": "emulator.faults",
-    "DegradedLink": "emulator.faults",
-    "RemovedLink": "emulator.faults",
-    "Straggler": "emulator.faults",
-    "size_sweep": "emulator.sweep",
-    # replay and studies
-    "ComputeModel": "emulator.compute",
-    "DEVICES": "emulator.compute",
-    "replay": "emulator.replaying",
-    "Prediction": "emulator.replaying",
-    "TRANSPORTS": "emulator.replaying",
-    "StudyConfig": "emulator.study",
-    "run_study": "emulator.study",
-    "topology_for": "emulator.study",
-    "write_report": "emulator.report",
-    # validation
-    "MeasuredTrace": "emulator.validation",
-    "ValidationReport": "emulator.validation",
-    "calibrate": "emulator.validation",
-    "compare": "emulator.validation",
-    "import_nccl_tests": "emulator.validation",
-    # the run store
-    "RunStore": "emulator.store",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'emulator' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__all__ = [
+    "EmulatorError", "ConfigError", "ScheduleError", "SimulationError", "TraceError",
+    "CalibrationError",
+    "Transfer", "Schedule", "ALGORITHMS", "build_schedule", "busbw_factor", "closed_form",
+    "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
+    "Straggler", "size_sweep",
+    "ComputeModel", "DEVICES", "replay", "Prediction", "TRANSPORTS", "StudyConfig", "run_study",
+    "topology_for", "write_report",
+    "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
+    "compare", "import_nccl_tests",
+]

@@ -191,7 +191,6 @@ class _Run:
     def _start(self, idx: np.ndarray, t: float) -> None:
         """Start the transfers ``idx`` at ``t``: flows join, empty ones just travel."""
         self.start_t[idx] = t
-        pair = self.net.pair_of[idx]
         size = self.s.size[idx]
         local = self.s.src[idx] == self.s.dst[idx]
         instant = local | (size == 0)   # no bytes to send: arrives after the path latency

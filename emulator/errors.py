@@ -22,9 +22,5 @@ class TraceError(EmulatorError, ValueError):
     """A measured trace or report file is malformed; the message names the field."""
 
 
-class StoreError(EmulatorError, RuntimeError):
-    """The run store cannot be opened, read or written."""
-
-
 class CalibrationError(EmulatorError, ValueError):
     """Link parameters cannot be fitted from the given measurements."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Callable
 
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError

@@ -1,49 +1,29 @@
 """QSGD gradient quantization and encoding in PyTorch (Alistarh et al., NeurIPS 2017).
 
-The public names are loaded on first use (PEP 562), so ``import qsgd`` stays cheap and
-sub-commands that need only part of the package do not pay for the rest.
+:func:`quantize` is the paper's stochastic quantizer Q_s with per-bucket scales;
+:func:`encode` and :func:`decode` put it on the wire (fixed-width packing or Elias coding) in
+a self-describing payload; :func:`qsgd_hook` uses them in PyTorch DDP; :func:`measure` times
+them on a real model's gradients into a :class:`PayloadTrace`.
+
+>>> import torch, qsgd
+>>> cfg = qsgd.QSGDConfig.from_bits(4, bucket_size=512)
+>>> payload = qsgd.encode(torch.ones(1000), cfg, seed=0)
+>>> len(payload) == qsgd.payload_nbytes(1000, cfg), qsgd.decode(payload).shape
+(True, torch.Size([1000]))
 """
-from __future__ import annotations
+from .buckets import BucketSpec, ddp_buckets
+from .codec import decode, encode, payload_nbytes
+from .config import QSGDConfig
+from .errors import ConfigError, HookError, ModelError, PayloadError, QSGDError, TraceError
+from .hook import QSGDState, qsgd_hook
+from .measurement import measure
+from .models import MODELS, build_model
+from .quantizer import Quantized, dequantize, quantize
+from .trace import PayloadTrace
 
-import importlib
-
-# public name -> submodule that defines it
-_EXPORTS: dict[str, str] = {
-    "QSGDConfig": "qsgd.config",
-    "Quantized": "qsgd.quantizer",
-    "quantize": "qsgd.quantizer",
-    "dequantize": "qsgd.quantizer",
-    "encode": "qsgd.codec",
-    "decode": "qsgd.codec",
-    "payload_nbytes": "qsgd.codec",
-    "QSGDError": "qsgd.errors",
-    "ConfigError": "qsgd.errors",
-    "PayloadError": "qsgd.errors",
-    "TraceError": "qsgd.errors",
-    "HookError": "qsgd.errors",
-    "ModelError": "qsgd.errors",
-    "QSGDState": "qsgd.hook",
-    "qsgd_hook": "qsgd.hook",
-    "MODELS": "qsgd.models",
-    "build_model": "qsgd.models",
-    "BucketSpec": "qsgd.buckets",
-    "ddp_buckets": "qsgd.buckets",
-    "measure": "qsgd.measurement",  # not qsgd.measure: importing it would shadow the function
-    "PayloadTrace": "qsgd.trace",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    try:
-        module = _EXPORTS[name]
-    except KeyError:
-        raise AttributeError(f"module 'qsgd' has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return __all__
+__all__ = [
+    "QSGDConfig", "Quantized", "quantize", "dequantize", "encode", "decode", "payload_nbytes",
+    "QSGDError", "ConfigError", "PayloadError", "TraceError", "HookError", "ModelError",
+    "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
+    "PayloadTrace",
+]

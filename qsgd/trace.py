@@ -15,7 +15,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Mapping
 
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, TraceError

@@ -2,7 +2,7 @@
 """The namespace testbed from a shell (root): check it works, run a command per host, clean up.
 
     scripts/testbed.py check
-    scripts/testbed.py run --hosts 4 --rate 1Gbit [--timeout 120] -- python -m emulator.validation.harness --out t.json
+    scripts/testbed.py run --hosts 4 --rate 1Gbit [--timeout 120] -- python -m testbench.harness --out t.json
     scripts/testbed.py cleanup          # namespaces left by killed runs (their pid is gone)
 
 ``run`` starts the command once per host, inside its namespace, with RANK, WORLD_SIZE,
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     r.add_argument("cmd", nargs=argparse.REMAINDER, help="-- command and arguments")
     args = ap.parse_args(argv)
 
-    from emulator.validation.testbed import Testbed, TestbedConfig, available, cleanup_stale
+    from testbench.testbed import Testbed, TestbedConfig, available, cleanup_stale
 
     if args.action == "check":
         ok, why = available()

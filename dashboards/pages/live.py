@@ -27,9 +27,9 @@ _PANELS = ("loss", "test_accuracy", "samples_per_s", "bytes_sent", "iteration_s"
 
 
 def _store(ctx):
-    import emulator
+    import testbench
 
-    return emulator.RunStore(ctx.store_path)
+    return testbench.RunStore(ctx.store_path)
 
 
 def run_options(runs: list[Mapping[str, Any]]) -> list[dict]:
@@ -50,7 +50,7 @@ def poll(store, run_id: int | None, state: Mapping[str, Any] | None) -> dict | N
 
     Parameters
     ----------
-    store : emulator.RunStore
+    store : testbench.RunStore
     run_id : int or None
         The selected run; a change of run starts a fresh state.
     state : dict or None

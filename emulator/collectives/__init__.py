@@ -12,7 +12,7 @@ import numbers
 
 from ..errors import ConfigError
 from . import compressed, direct, hierarchical, rhd, ring, tree
-from ._schedule import Builder, Schedule, Transfer, check_ranks, split
+from ._schedule import Schedule, Transfer, check_ranks, split
 
 __all__ = ["Transfer", "Schedule", "ALGORITHMS", "OPS", "build_schedule", "busbw_factor", "split"]
 
@@ -57,11 +57,6 @@ def busbw_factor(op: str, p: int) -> float:
     if p < 1:
         raise ConfigError(f"p={p!r} must be >= 1")
     return float(f(p))
-
-
-def finish(b: Builder, ranks, op, algorithm, nbytes, chunks) -> Schedule:
-    """The schedule a builder accumulated (shared tail of every algorithm)."""
-    return b.build(ranks, op, algorithm, nbytes, chunks)
 
 
 def build_schedule(op: str, algorithm: str, ranks, nbytes: int, *, chunks: int = 1, graph=None,

@@ -43,14 +43,13 @@ def _payloads(payload_bytes, p: int, name: str) -> np.ndarray:
 
 def qsgd_allgather(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Ring all-gather of per-rank payloads (``payload_bytes[j]`` bytes from rank j)."""
-    from . import finish
     p = len(ranks)
     sizes = _payloads(payload_bytes, p, "qsgd_allgather")
     b = Builder()
     if p >= 2:
         blocks = np.stack([split(s, chunks) for s in sizes])
         ring_pass(b, ranks, blocks, p - 1, 0, "allgather")
-    return finish(b, ranks, "allreduce", "qsgd_allgather", nbytes, chunks)
+    return b.build(ranks, "allreduce", "qsgd_allgather", nbytes, chunks)
 
 
 def qsgd_scatter_reduce_allgather(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
@@ -59,7 +58,6 @@ def qsgd_scatter_reduce_allgather(ranks, nbytes, *, chunks=1, graph=None, payloa
     ``payload_bytes[j]`` is the compressed size in bytes of chunk j (1/p of the vector), both as
     sent to its owner and as re-quantized by it.
     """
-    from . import finish
     p = len(ranks)
     sizes = _payloads(payload_bytes, p, "qsgd_scatter_reduce_allgather")
     b = Builder()
@@ -72,4 +70,4 @@ def qsgd_scatter_reduce_allgather(ranks, nbytes, *, chunks=1, graph=None, payloa
                          for j in range(p)], dtype=np.int64)
         blocks = np.stack([split(x, chunks) for x in sizes])
         ring_pass(b, ranks, blocks, p - 1, 0, "allgather", first_deps=[done])
-    return finish(b, ranks, "allreduce", "qsgd_scatter_reduce_allgather", nbytes, chunks)
+    return b.build(ranks, "allreduce", "qsgd_scatter_reduce_allgather", nbytes, chunks)

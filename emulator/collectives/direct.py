@@ -29,17 +29,15 @@ def _gather_pass(b: Builder, order, block_bytes, tag, deps_of_src=None):
 
 def allgather(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Direct allgather; ``nbytes`` is the gathered total (nccl-tests), nbytes/p per rank."""
-    from . import finish
     b = Builder()
     p = len(ranks)
     if p >= 2:
         _gather_pass(b, ranks, split(nbytes, p), "allgather")
-    return finish(b, ranks, "allgather", "direct", nbytes, chunks)
+    return b.build(ranks, "allgather", "direct", nbytes, chunks)
 
 
 def reduce_scatter(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Direct reduce-scatter: each rank sends segment j of its vector to rank j."""
-    from . import finish
     b = Builder()
     p = len(ranks)
     if p >= 2:
@@ -47,12 +45,11 @@ def reduce_scatter(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
         order = np.asarray(ranks, dtype=np.int64)
         s, d = _pairs(p)
         b.add(order[s], order[d], seg[d], (), "reduce_scatter")
-    return finish(b, ranks, "reduce_scatter", "direct", nbytes, chunks)
+    return b.build(ranks, "reduce_scatter", "direct", nbytes, chunks)
 
 
 def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Direct reduce-scatter, then direct allgather of the reduced segments."""
-    from . import finish
     b = Builder()
     p = len(ranks)
     if p >= 2:
@@ -65,12 +62,11 @@ def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
         done = np.array([b.local(order[j], [inbound[j][k:k + 1] for k in range(p - 1)],
                                  "reduce")[0] for j in range(p)])
         _gather_pass(b, ranks, seg, "allgather", deps_of_src=done)
-    return finish(b, ranks, "allreduce", "direct", nbytes, chunks)
+    return b.build(ranks, "allreduce", "direct", nbytes, chunks)
 
 
 def alltoall(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """All-to-all: ``nbytes`` per rank (nccl-tests), nbytes/p to each peer."""
-    from . import finish
     b = Builder()
     p = len(ranks)
     if p >= 2:
@@ -78,13 +74,12 @@ def alltoall(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
         order = np.asarray(ranks, dtype=np.int64)
         s, d = _pairs(p)
         b.add(order[s], order[d], seg[d], (), "alltoall")
-    return finish(b, ranks, "alltoall", "direct", nbytes, chunks)
+    return b.build(ranks, "alltoall", "direct", nbytes, chunks)
 
 
 def parameter_server(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Allreduce through a parameter server at ``ranks[0]``: every worker pushes its full
     gradient, the server sums, then sends the result back to every worker (Li et al. 2014)."""
-    from . import finish
     b = Builder()
     order = np.asarray(ranks, dtype=np.int64)
     p = len(order)
@@ -93,4 +88,4 @@ def parameter_server(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None)
         push = b.add(workers, order[0], int(nbytes), (), "push")
         summed = b.local(order[0], [push[k:k + 1] for k in range(p - 1)], "reduce")
         b.add(np.full(p - 1, order[0]), workers, int(nbytes), [np.full(p - 1, summed[0])], "pull")
-    return finish(b, ranks, "allreduce", "parameter_server", nbytes, chunks)
+    return b.build(ranks, "allreduce", "parameter_server", nbytes, chunks)

@@ -40,7 +40,6 @@ def hosts_of(graph, ranks) -> list[list[int]]:
 
 def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Two-level allreduce of ``nbytes`` over machines x local GPUs."""
-    from . import finish
     hosts = hosts_of(graph, ranks)
     H, g = len(hosts), len(hosts[0])
     b = Builder()
@@ -70,4 +69,4 @@ def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
         for h, local in enumerate(hosts):
             first = [reduced[h, :, i] for i in range(reduced.shape[2])]
             ring_pass(b, local, seg_chunks, g - 1, 0, "intra_allgather", first_deps=first)
-    return finish(b, ranks, "allreduce", "hierarchical", nbytes, chunks)
+    return b.build(ranks, "allreduce", "hierarchical", nbytes, chunks)

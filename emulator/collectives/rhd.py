@@ -36,7 +36,6 @@ def _exchange(b, order, pairs, sizes, ready, chunks, tag):
 
 def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Rabenseifner allreduce over any number of ranks (see the module docstring)."""
-    from . import finish
     b = Builder()
     order = np.asarray(ranks, dtype=np.int64)
     p = len(order)
@@ -89,4 +88,4 @@ def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
         if extra:
             _exchange(b, order, [(2 * i + 1, 2 * i) for i in range(extra)],
                       {2 * i + 1: nbytes for i in range(extra)}, ready, chunks, "post")
-    return finish(b, ranks, "allreduce", "rhd", nbytes, chunks)
+    return b.build(ranks, "allreduce", "rhd", nbytes, chunks)

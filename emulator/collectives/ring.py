@@ -89,21 +89,19 @@ def last_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def reduce_scatter(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Ring reduce-scatter of ``nbytes`` in total (nccl-tests' size); p-1 steps."""
-    from . import finish
     b = Builder()
     p = len(ranks)
     # offset -1: after p-1 steps position r holds the full sum of segment r.
     ring_pass(b, ranks, segment_chunks(nbytes, p, chunks), p - 1, -1, "reduce_scatter")
-    return finish(b, ranks, "reduce_scatter", "ring", nbytes, chunks)
+    return b.build(ranks, "reduce_scatter", "ring", nbytes, chunks)
 
 
 def allgather(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Ring allgather; ``nbytes`` is the gathered total, each rank contributes nbytes/p."""
-    from . import finish
     b = Builder()
     p = len(ranks)
     ring_pass(b, ranks, segment_chunks(nbytes, p, chunks), p - 1, 0, "allgather")
-    return finish(b, ranks, "allgather", "ring", nbytes, chunks)
+    return b.build(ranks, "allgather", "ring", nbytes, chunks)
 
 
 def allreduce_pass(b: Builder, ranks, chunk_bytes, first_deps=None) -> np.ndarray:
@@ -119,10 +117,9 @@ def allreduce_pass(b: Builder, ranks, chunk_bytes, first_deps=None) -> np.ndarra
 
 def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Ring allreduce: reduce-scatter then allgather, 2(p-1) steps of n/p bytes."""
-    from . import finish
     b = Builder()
     allreduce_pass(b, ranks, segment_chunks(nbytes, len(ranks), chunks))
-    return finish(b, ranks, "allreduce", "ring", nbytes, chunks)
+    return b.build(ranks, "allreduce", "ring", nbytes, chunks)
 
 
 def broadcast(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
@@ -130,7 +127,6 @@ def broadcast(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
 
     (p - 1 + c - 1) chunk times of (alpha + n/(c B)) when nothing is shared.
     """
-    from . import finish
     b = Builder()
     order = np.asarray(ranks, dtype=np.int64)
     p, c = len(order), chunks
@@ -144,4 +140,4 @@ def broadcast(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
         data = np.where(h > 0, ids[np.maximum(h - 1, 0), i], -1)
         conn = np.where(i > 0, ids[h, np.maximum(i - 1, 0)], -1)
         b.add(order[h], order[h + 1], sizes[i], [data, conn], "broadcast")
-    return finish(b, ranks, "broadcast", "ring", nbytes, chunks)
+    return b.build(ranks, "broadcast", "ring", nbytes, chunks)

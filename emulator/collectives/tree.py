@@ -93,14 +93,13 @@ def tree_allreduce_pass(b: Builder, order, tree, chunk_bytes: np.ndarray):
 
 def allreduce(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     """Double binary tree allreduce: each tree carries half the bytes, in ``chunks`` chunks."""
-    from . import finish
     b = Builder()
     p = len(ranks)
     if p >= 2:
         halves = split(nbytes, 2)
         for tree, half in zip(double_btree(p), halves):
             tree_allreduce_pass(b, ranks, tree, split(half, chunks))
-    return finish(b, ranks, "allreduce", "tree", nbytes, chunks)
+    return b.build(ranks, "allreduce", "tree", nbytes, chunks)
 
 
 def binomial(p: int) -> list[list[int]]:
@@ -129,7 +128,6 @@ def broadcast(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
     A position sends to one child at a time (all chunks to the first child, then to the
     next); chunk i leaves once it has arrived from the parent.
     """
-    from . import finish
     b = Builder()
     order = np.asarray(ranks, dtype=np.int64)
     p, c = len(order), chunks
@@ -144,4 +142,4 @@ def broadcast(ranks, nbytes, *, chunks=1, graph=None, payload_bytes=None):
             conn = np.concatenate([[prev_last], base + np.arange(c - 1)]).astype(np.int64)
             got[ch] = b.add(order[x], order[ch], sizes, [got[x], conn], "broadcast")
             prev_last = int(got[ch][-1])
-    return finish(b, ranks, "broadcast", "tree", nbytes, chunks)
+    return b.build(ranks, "broadcast", "tree", nbytes, chunks)

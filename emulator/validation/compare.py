@@ -22,14 +22,13 @@ Only the network is predicted: that is what the validation validates.
 from __future__ import annotations
 
 import json
-import math
 import os
 import statistics
 from dataclasses import dataclass, field
 
 import networkx as nx
 
-from ..errors import CalibrationError, TraceError
+from ..errors import TraceError
 from .calibrate import Calibration, calibrate, predict
 from .trace import MeasuredTrace, _get, _num, _str
 

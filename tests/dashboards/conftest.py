@@ -34,7 +34,7 @@ def free_port() -> int:
 
 def qsgd_emu() -> list[str]:
     exe = Path(sys.executable).with_name("qsgd-emu")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "emulator.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "qsgd_emu.cli"]
 
 
 class Server:

@@ -89,7 +89,7 @@ def test_context_validation():
 
 
 def test_cli_options():
-    from emulator.cli import build_parser, main
+    from qsgd_emu.cli import build_parser, main
 
     args = build_parser(["dashboard"]).parse_args(["dashboard"])
     assert (args.host, args.port, args.store, args.debug) == ("127.0.0.1", 8050, None, False)

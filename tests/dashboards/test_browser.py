@@ -216,12 +216,12 @@ def test_validation_nccl_tests_log_is_predicted(server, page):
 
 
 def _wait_for_run(store_path, timeout_s=60.0) -> int:
-    import emulator
+    import testbench
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if store_path.exists():
-            runs = emulator.RunStore(store_path).list_runs()
+            runs = testbench.RunStore(store_path).list_runs()
             if runs:
                 return max(r["id"] for r in runs)
         time.sleep(0.3)
@@ -252,9 +252,9 @@ def test_live_run_points_appear_while_training(server, page):
             train.communicate()
     assert train.returncode == 0, out[-2000:]
     # After the run ends every logged step is on the page.
-    import emulator
+    import testbench
 
-    total = len(emulator.RunStore(server.store).steps(run_id))
+    total = len(testbench.RunStore(server.store).steps(run_id))
     wait_figure(page, "live-loss", lambda f: len(f["ys"][0]) == total, 20)
     page.wait_for_function(
         "() => document.getElementById('live-status').innerText.includes('finished')")

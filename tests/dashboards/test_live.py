@@ -6,9 +6,9 @@ from dashboards.pages import live
 
 @pytest.fixture
 def store(tmp_path):
-    import emulator
+    import testbench
 
-    return emulator.RunStore(tmp_path / "runs.sqlite")
+    return testbench.RunStore(tmp_path / "runs.sqlite")
 
 
 def test_poll_reads_only_new_steps(store):

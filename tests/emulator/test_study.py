@@ -18,7 +18,7 @@ import pytest
 
 import emulator
 import qsgd
-from emulator import cli
+from qsgd_emu import cli
 from emulator.compute import ComputeModel
 from emulator.study import COLUMNS, StudyConfig, read_rows, run_study, topology_for, write_csv, write_json
 from tests.emulator.test_replay_limits import BUCKETS, chunk_payloads, make_trace

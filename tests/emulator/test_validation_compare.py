@@ -1,7 +1,6 @@
 """compare -> ValidationReport: per-point errors, held-out summary, training speedups, figure."""
 import importlib
 import json
-import statistics
 
 import pytest
 

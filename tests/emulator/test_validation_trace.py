@@ -1,13 +1,12 @@
 """MeasuredTrace format and the nccl-tests importer, on fixture logs of every variant."""
 import json
-import math
 from pathlib import Path
 
 import pytest
 
 from emulator import TraceError
 from emulator.validation import MeasuredTrace, import_nccl_tests
-from emulator.validation.trace import CollectivePoint, TrainingPoint, busbw_factor
+from emulator.validation.trace import CollectivePoint, busbw_factor
 
 DATA = Path(__file__).parent / "data" / "validation"
 
@@ -180,16 +179,3 @@ def test_log_without_table_and_bad_json(tmp_path):
         import_nccl_tests(q)
 
 
-def test_import_cli_round_trip(tmp_path, capsys):
-    from emulator.cli import main
-
-    out = tmp_path / "t.json"
-    assert main(["validate", "import-nccl-tests", str(DATA / "all_reduce_perf_srun.log"),
-                 "--out", str(out), "--topology", "switch:16", "--json"]) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert summary["points"] == 9
-    t = MeasuredTrace.load(out)
-    assert t.environment["topology"] == "switch:16" and len(t.collectives) == 9
-    assert main(["validate", "import-nccl-tests", str(DATA / "all_reduce_perf_truncated.log"),
-                 "--out", str(out)]) == 2
-    assert "line 37" in capsys.readouterr().err

@@ -1,6 +1,5 @@
 """Elias omega coding: known codes, the exact bucket layout, Theorem 3.2's length bound, and a
 decoder that stays safe on corrupt bodies that carry a valid CRC."""
-import math
 import struct
 
 import numpy as np

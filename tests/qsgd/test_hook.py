@@ -211,7 +211,7 @@ def _worker(rank, world, port, outdir):
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    from emulator.training.launch import free_port
+    from testbench.training.launch import free_port
 
     outdir = str(tmp_path_factory.mktemp("hook"))
     ctx = mp.get_context("spawn")

@@ -3,7 +3,7 @@
 Runs inside an initialised process group (see :mod:`.launch`). Every rank trains on its shard of
 each epoch's seeded permutation (``perm[rank::world_size]``, as ``DistributedSampler``); rank 0
 evaluates on the whole test set (all ranks hold identical parameters) and writes one row per step
-into the :class:`emulator.RunStore`: ``loss`` (mean over ranks), ``test_accuracy`` (when
+into the :class:`testbench.RunStore`: ``loss`` (mean over ranks), ``test_accuracy`` (when
 evaluated), ``bytes_sent`` (bytes, per rank), ``iteration_s`` (seconds), ``samples_per_s``
 (global) and ``predicted_iteration_s`` (the emulator's prediction, when one is available).
 """
@@ -12,14 +12,14 @@ from __future__ import annotations
 import hashlib
 import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
-from emulator.training.compression import COMPRESSIONS
-from emulator.training.datasets import DATASETS, load_dataset
+from .compression import COMPRESSIONS
+from .datasets import DATASETS, load_dataset
 
 TRANSPORTS = ("allgather", "scatter_reduce_allgather")
 
@@ -33,7 +33,7 @@ class TrainConfig:
     model : str
         A name in ``qsgd.MODELS`` (``"mlp"``), sized to the dataset.
     dataset : str
-        A key of :data:`~emulator.training.datasets.DATASETS`.
+        A key of :data:`~testbench.training.datasets.DATASETS`.
     compression : {"fp32", "fp16", "powersgd", "qsgd"}
     bits : int
         QSGD bits per coordinate (2..16; 8, 4 or 2 in the paper's experiments).
@@ -153,7 +153,7 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
     Parameters
     ----------
     cfg : TrainConfig
-    store : emulator.RunStore, optional
+    store : testbench.RunStore, optional
         Rank 0 logs each step into ``run_id`` of this store.
     device : torch.device, optional
         Default: the current CUDA device with NCCL, else CPU.

@@ -10,9 +10,9 @@ import json
 import pytest
 
 import qsgd
-from emulator import cli
-from tests.emulator.cli_run import run_cli
-from emulator.commands.demo import DEFAULT_TOPOLOGIES
+from qsgd_emu import cli
+from tests.qsgd_emu.cli_run import run_cli
+from qsgd_emu.commands.demo import DEFAULT_TOPOLOGIES
 from emulator.study import COLUMNS, read_rows
 from tests.emulator.test_study import plotly_figures
 

@@ -2,9 +2,9 @@
 on two sizes, held-out sizes and the QSGD training speedup predicted by the emulator."""
 import pytest
 
-from emulator.cli import main
+from qsgd_emu.cli import main
 from emulator.validation import MeasuredTrace, compare
-from emulator.validation.testbed import available
+from testbench.testbed import available
 
 OK, WHY = available()
 pytestmark = [pytest.mark.netns, pytest.mark.slow,

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from emulator import cli
+from qsgd_emu import cli
 from qsgd import QSGDConfig, bench, payload_nbytes
 
 

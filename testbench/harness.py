@@ -19,21 +19,19 @@ composes the same three terms.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
-import json
 import os
 import platform
 import socket
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 
-from ..errors import ConfigError
-from .trace import CollectivePoint, MeasuredTrace, TrainingPoint
+from emulator.validation import CollectivePoint, MeasuredTrace, TrainingPoint
 
-__all__ = ["HarnessConfig", "sizes", "run", "main", "sweep_collective", "time_training"]
+from .errors import ConfigError
+
+__all__ = ["HarnessConfig", "sizes", "run", "sweep_collective", "time_training"]
 
 SWEEP_OPS = ("allreduce", "allgather")
 
@@ -447,61 +445,3 @@ def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | N
     finally:
         if init and dist.is_initialized():
             dist.destroy_process_group()
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``qsgd-emu validate run`` and of ``python -m emulator.validation.harness``."""
-    parser.add_argument("--out", required=True, help="MeasuredTrace JSON written by rank 0")
-    parser.add_argument("--ops", default="allreduce,allgather", help="comma list: allreduce,allgather")
-    parser.add_argument("--min-bytes", default="1MiB", help="smallest size (nccl-tests -b)")
-    parser.add_argument("--max-bytes", default="16MiB", help="largest size (nccl-tests -e)")
-    parser.add_argument("--factor", type=int, default=2, help="size multiplier (nccl-tests -f)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
-    parser.add_argument("--iters", type=int, default=5, help="timed repetitions per size")
-    parser.add_argument("--train-bits", default="4",
-                        help="QSGD bit widths to time against fp32 ('' for no training steps)")
-    parser.add_argument("--train-transport", default="allgather",
-                        choices=("allgather", "scatter_reduce_allgather"))
-    parser.add_argument("--width", type=int, default=1024, help="hidden units of the wide MLP")
-    parser.add_argument("--depth", type=int, default=3, help="hidden layers of the wide MLP")
-    parser.add_argument("--batch-size", type=int, default=16, help="samples per rank per step")
-    parser.add_argument("--train-warmup", type=int, default=2)
-    parser.add_argument("--train-steps", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="process-group timeout, seconds (a dead peer fails, never hangs)")
-    parser.add_argument("--topology", default=None,
-                        help="topology spec of this set-up, kept in the trace for compare")
-
-
-def config_from_args(args) -> HarnessConfig:
-    import topologies
-
-    bits = tuple(int(b) for b in str(args.train_bits).split(",") if b.strip())
-    return HarnessConfig(
-        ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
-        min_bytes=topologies.parse_bytes(args.min_bytes), max_bytes=topologies.parse_bytes(args.max_bytes),
-        factor=args.factor, warmup=args.warmup, iters=args.iters, train_bits=bits,
-        train_transport=args.train_transport, width=args.width, depth=args.depth,
-        batch_size=args.batch_size, train_warmup=args.train_warmup,
-        train_steps=args.train_steps, seed=args.seed, timeout_s=args.timeout,
-        topology=args.topology)
-
-
-def main(argv=None) -> int:
-    """Entry point of one rank: ``python -m emulator.validation.harness --out T.json ...``."""
-    parser = argparse.ArgumentParser(prog="python -m emulator.validation.harness",
-                                     description="time real collectives and QSGD training steps")
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    cfg = config_from_args(args)
-    trace = run(cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
-    if trace is not None:
-        trace.save(args.out)
-        print(json.dumps({"out": args.out, "points": len(trace.collectives),
-                          "training": len(trace.training)}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

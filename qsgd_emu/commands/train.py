@@ -6,7 +6,7 @@ Three ways to launch:
 - N local gloo ranks started by the command itself: ``qsgd-emu train --spawn 4 ...``;
 - ``torchrun`` (gloo on CPU, NCCL when CUDA is there)::
 
-      torchrun --nproc-per-node 4 -m emulator.cli train --compression qsgd --bits 4 \\
+      torchrun --nproc-per-node 4 -m qsgd_emu.cli train --compression qsgd --bits 4 \\
           --transport scatter_reduce_allgather --store runs.sqlite
 
   On SLURM, one torchrun per node, rendezvous on the first node (PyTorch's torchrun docs)::
@@ -15,7 +15,7 @@ Three ways to launch:
       head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
       srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node 8 \\
           --rdzv-backend c10d --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint "$head:29500" \\
-          -m emulator.cli train --compression qsgd --bits 4 --store "$HOME/runs.sqlite"
+          -m qsgd_emu.cli train --compression qsgd --bits 4 --store "$HOME/runs.sqlite"
 
 Rank 0 writes every step (loss, test accuracy, bytes sent, iteration time, samples/s and the
 emulator's predicted iteration time) into the run store that ``qsgd-emu dashboard`` reads.
@@ -25,11 +25,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from dataclasses import asdict
 
-from emulator.training.compression import COMPRESSIONS
-from emulator.training.datasets import DATASETS
+from testbench.training.compression import COMPRESSIONS
+from testbench.training.datasets import DATASETS
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,7 +78,7 @@ def _hidden(text: str) -> tuple[int, ...]:
 
 
 def config_from_args(args):
-    from emulator.training.loop import TrainConfig
+    from testbench.training.loop import TrainConfig
 
     return TrainConfig(model=args.model, dataset=args.dataset, compression=args.compression,
                        bits=args.bits, transport=args.transport, epochs=args.epochs,
@@ -92,12 +91,12 @@ def config_from_args(args):
 
 def _rank_main(rank: int, world: int, cfg, store_path, run_id, topology):
     """What every rank runs (also the body of --spawn workers); rank 0 logs and returns the summary."""
-    from emulator.training.loop import train
-    from emulator.training.predict import make_predictor
+    from testbench.training.loop import train
+    from testbench.training.predict import make_predictor
 
     store = None
     if rank == 0 and run_id is not None:
-        from emulator.store import RunStore
+        from testbench.store import RunStore
 
         store = RunStore(store_path)
     predictor = make_predictor(cfg, world, topology) if rank == 0 else None
@@ -134,7 +133,7 @@ def _print(summary: dict, as_json: bool) -> None:
 
 def run(args) -> int:
     cfg = config_from_args(args)
-    from emulator.training import launch
+    from testbench.training import launch
 
     if args.spawn is not None and args.spawn < 1:
         raise ValueError(f"--spawn: expected a number of ranks >= 1, got {args.spawn}")
@@ -148,7 +147,7 @@ def run(args) -> int:
         nonlocal store_path, run_id
         if args.no_store:
             return
-        from emulator.store import RunStore
+        from testbench.store import RunStore
 
         store = RunStore(args.store)
         store_path = str(store.path)
@@ -158,7 +157,7 @@ def run(args) -> int:
         if args.topology is not None:
             # Check --topology here (one line, exit 2) rather than in rank 0 after the ranks
             # started, where a bad spec failed the whole run with a traceback.
-            from emulator.training.predict import make_predictor
+            from testbench.training.predict import make_predictor
 
             make_predictor(cfg, world, args.topology)
         open_run(world)
@@ -167,7 +166,7 @@ def run(args) -> int:
                                    timeout_s=max(600.0, cfg.timeout_s * 4))[0]
         except BaseException as exc:
             if run_id is not None:
-                from emulator.store import RunStore
+                from testbench.store import RunStore
 
                 run = RunStore(store_path).get_run(run_id)
                 if run["status"] == "running":

@@ -11,9 +11,9 @@ import importlib
 
 #: target -> module with add_arguments(parser) and run(args) -> int
 TARGETS: dict[str, str] = {
-    "qsgd": "qsgd.bench",
-    "emulator": "emulator.bench",
-    "topologies": "topologies.bench",
+    "qsgd": "qsgd_emu.bench.qsgd",
+    "emulator": "qsgd_emu.bench.emulator",
+    "topologies": "qsgd_emu.bench.topologies",
 }
 
 

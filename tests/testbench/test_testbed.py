@@ -9,7 +9,7 @@ import time
 import pytest
 
 from emulator import ConfigError
-from emulator.validation.testbed import Testbed, TestbedConfig, TestbedError, available, cleanup_stale
+from testbench.testbed import Testbed, TestbedConfig, TestbedError, available, cleanup_stale
 
 OK, WHY = available()
 pytestmark = [pytest.mark.netns, pytest.mark.slow,
@@ -112,7 +112,7 @@ def test_run_is_bounded_by_its_timeout():
 def test_sigterm_and_sigint_tear_down(tmp_path):
     prog = textwrap.dedent("""
         import sys, time
-        from emulator.validation.testbed import Testbed, TestbedConfig
+        from testbench.testbed import Testbed, TestbedConfig
         tb = Testbed(TestbedConfig(hosts=2, prefix=sys.argv[1])).up()
         print("up", flush=True)
         time.sleep(60)

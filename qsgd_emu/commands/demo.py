@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from emulator.commands import study as study_cmd
+from qsgd_emu.commands import study as study_cmd
 
 DEFAULT_TOPOLOGIES = ("cluster:dgx_a100x{N}", "cluster:dgx_a100x{N},nic_bw=25Gbit")
 DEFAULT_DEVICE = "A100"

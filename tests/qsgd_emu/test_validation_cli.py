@@ -1,14 +1,16 @@
 """``qsgd-emu validate calibrate|compare`` on a trace whose truth is the emulator itself."""
 import json
+from pathlib import Path
 
 import pytest
 
 import emulator
 import topologies
-from emulator.cli import main
+from qsgd_emu.cli import main
 from emulator.validation import MeasuredTrace
 from emulator.validation.trace import CollectivePoint
 
+DATA = Path(__file__).parent.parent / "emulator" / "data" / "validation"
 SPEC = "switch:4,bw=200Mbit,latency=30us,link=ethernet"
 SIZES = [1 << 20, 2 << 20, 4 << 20, 8 << 20]
 
@@ -64,3 +66,16 @@ def test_compare_errors_are_one_line(tmp_path, capsys):
                                "environment": {"backend": "gloo"}}))
     assert main(["validate", "compare", str(bad)]) == 2
     assert "environment.world_size" in capsys.readouterr().err
+
+
+def test_import_cli_round_trip(tmp_path, capsys):
+    out = tmp_path / "t.json"
+    assert main(["validate", "import-nccl-tests", str(DATA / "all_reduce_perf_srun.log"),
+                 "--out", str(out), "--topology", "switch:16", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["points"] == 9
+    t = MeasuredTrace.load(out)
+    assert t.environment["topology"] == "switch:16" and len(t.collectives) == 9
+    assert main(["validate", "import-nccl-tests", str(DATA / "all_reduce_perf_truncated.log"),
+                 "--out", str(out)]) == 2
+    assert "line 37" in capsys.readouterr().err

@@ -4,7 +4,7 @@ from __future__ import annotations
 import contextlib
 import io
 
-from emulator import cli
+from qsgd_emu import cli
 
 
 def run_cli(argv) -> tuple[int, str, str]:

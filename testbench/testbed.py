@@ -18,7 +18,7 @@ per-run prefix (``qsgdtb<pid>``) so concurrent runs never collide; everything is
 Example
 -------
 >>> with Testbed(TestbedConfig(hosts=4, rate=parse_bandwidth("1Gbit"))) as tb:  # doctest: +SKIP
-...     results = tb.run(["python", "-m", "emulator.validation.harness", ...], timeout_s=120)
+...     results = tb.run(["python", "-m", "testbench.harness", ...], timeout_s=120)
 """
 from __future__ import annotations
 
@@ -31,19 +31,14 @@ import sys
 import tempfile
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from ..errors import ConfigError, EmulatorError
+from .errors import ConfigError, TestbedError
+from .processes import RankResult, kill_group
 
 __all__ = ["TestbedConfig", "Testbed", "RankResult", "TestbedError", "available", "cleanup_stale"]
 
 _NS_PREFIX = "qsgdtb"
-
-
-class TestbedError(EmulatorError, RuntimeError):
-    """A testbed could not be created, or a command inside it failed."""
-
-    __test__ = False   # not a pytest test class, despite the name
 
 
 @dataclass(frozen=True)
@@ -118,18 +113,6 @@ class TestbedConfig:
         if self.burst is not None:
             return self.burst
         return int(max(64 * 1024, (self.rate or 0) * 0.002))
-
-
-@dataclass
-class RankResult:
-    """What one rank's process did: exit status, output, wall seconds."""
-
-    rank: int
-    returncode: int | None
-    stdout: str
-    stderr: str
-    wall_s: float
-    timed_out: bool = False
 
 
 def available() -> tuple[bool, str]:
@@ -359,7 +342,7 @@ class Testbed:
     def down(self):
         """Kill ranks still running and delete every namespace this testbed created."""
         for p in self._procs:
-            _kill_group(p)
+            kill_group(p)
         self._procs.clear()
         for ns in reversed(self._created):
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=20)
@@ -434,12 +417,12 @@ class Testbed:
             if timed_out:
                 for i, p in enumerate(self._procs):
                     if results[i] is None:
-                        _kill_group(p)
+                        kill_group(p)
                         results[i] = self._result(i, p, files[i], starts[i], True)
             return results  # type: ignore[return-value]
         finally:
             for p in self._procs:
-                _kill_group(p)
+                kill_group(p)
             self._procs.clear()
             for out, err in files:
                 out.close()
@@ -455,19 +438,6 @@ class Testbed:
         err.seek(0)
         return RankResult(rank=rank, returncode=proc.returncode, stdout=out.read(),
                           stderr=err.read(), wall_s=time.monotonic() - start, timed_out=timed_out)
-
-
-def _kill_group(proc: subprocess.Popen):
-    """Kill a rank's whole process group (``ip netns exec`` and everything it started)."""
-    if proc.poll() is None:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
 
 
 if __name__ == "__main__":  # pragma: no cover

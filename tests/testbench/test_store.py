@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-import emulator
-from emulator.store import RunStore, default_path
+import testbench
+from testbench.store import RunStore, default_path
 
 
 @pytest.fixture
@@ -101,14 +101,14 @@ def test_numpy_and_torch_scalars_are_stored_as_numbers(store):
 ])
 def test_bad_input_names_the_field(store, call, field):
     rid = store.create_run("train", "ok", {})
-    with pytest.raises(emulator.StoreError, match=rf"^{field}\b"):
+    with pytest.raises(testbench.StoreError, match=rf"^{field}\b"):
         call(store, rid)
 
 
 def test_duplicate_step_is_an_error_unless_replaced(store):
     rid = store.create_run("train", "x", {})
     store.log_step(rid, 0, {"loss": 1.0})
-    with pytest.raises(emulator.StoreError, match="already has step 0"):
+    with pytest.raises(testbench.StoreError, match="already has step 0"):
         store.log_step(rid, 0, {"loss": 2.0})
     store.log_step(rid, 0, {"loss": 3.0}, replace=True)
     assert store.steps(rid)[0]["metrics"] == {"loss": 3.0}
@@ -117,18 +117,18 @@ def test_duplicate_step_is_an_error_unless_replaced(store):
 def test_unusable_files_raise_store_error(tmp_path):
     junk = tmp_path / "junk.sqlite"
     junk.write_bytes(b"this is not a database" * 100)
-    with pytest.raises(emulator.StoreError, match="path: cannot open"):
+    with pytest.raises(testbench.StoreError, match="path: cannot open"):
         RunStore(junk)
-    with pytest.raises(emulator.StoreError, match="is a directory"):
+    with pytest.raises(testbench.StoreError, match="is a directory"):
         RunStore(tmp_path)
     newer = tmp_path / "newer.sqlite"
     conn = sqlite3.connect(newer)
     conn.execute("PRAGMA user_version = 99")
     conn.commit()
     conn.close()
-    with pytest.raises(emulator.StoreError, match="schema version 99"):
+    with pytest.raises(testbench.StoreError, match="schema version 99"):
         RunStore(newer)
-    with pytest.raises(emulator.StoreError, match="timeout_s"):
+    with pytest.raises(testbench.StoreError, match="timeout_s"):
         RunStore(tmp_path / "x.sqlite", timeout_s=0)
 
 

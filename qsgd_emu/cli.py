@@ -10,17 +10,17 @@ import argparse
 import importlib
 import sys
 
-#: sub-command -> (module, one-line help). Modules live in :mod:`emulator.commands`.
+#: sub-command -> (module, one-line help). Modules live in :mod:`qsgd_emu.commands`.
 COMMANDS: dict[str, tuple[str, str]] = {
-    "demo": ("emulator.commands.demo", "the main job: measure, replay and study on an embedded default"),
-    "bench": ("emulator.commands.bench", "benchmarks that print a table (qsgd, emulator, topologies)"),
-    "topology": ("emulator.commands.topology", "build a topology from a spec and print its figures"),
-    "measure": ("emulator.commands.measure", "measure real QSGD payloads of a real model into a PayloadTrace"),
-    "simulate": ("emulator.commands.simulate", "simulate one collective (or a size sweep) over a topology"),
-    "study": ("emulator.commands.study", "what-if sweep over world sizes x bits x transports x topologies"),
-    "validate": ("emulator.commands.validate", "measure real collectives, calibrate, compare with predictions"),
-    "train": ("emulator.commands.train", "train a real model with DDP and a compression hook"),
-    "dashboard": ("emulator.commands.dashboard", "serve the Dash dashboard"),
+    "demo": ("qsgd_emu.commands.demo", "the main job: measure, replay and study on an embedded default"),
+    "bench": ("qsgd_emu.commands.bench", "benchmarks that print a table (qsgd, emulator, topologies)"),
+    "topology": ("qsgd_emu.commands.topology", "build a topology from a spec and print its figures"),
+    "measure": ("qsgd_emu.commands.measure", "measure real QSGD payloads of a real model into a PayloadTrace"),
+    "simulate": ("qsgd_emu.commands.simulate", "simulate one collective (or a size sweep) over a topology"),
+    "study": ("qsgd_emu.commands.study", "what-if sweep over world sizes x bits x transports x topologies"),
+    "validate": ("qsgd_emu.commands.validate", "measure real collectives, calibrate, compare with predictions"),
+    "train": ("qsgd_emu.commands.train", "train a real model with DDP and a compression hook"),
+    "dashboard": ("qsgd_emu.commands.dashboard", "serve the Dash dashboard"),
 }
 
 

@@ -10,7 +10,7 @@ import pytest
 import emulator
 import topologies
 from emulator import bench
-from emulator.cli import main
+from qsgd_emu.cli import main
 
 B, LAT = 12.5e9, 1e-6
 EPS = np.finfo(float).eps

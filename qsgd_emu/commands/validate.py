@@ -12,7 +12,7 @@ Actions::
         [--html report.html] [--per-op] [--min-bytes 1MB] [--json]
 
 SLURM: ``srun --ntasks-per-node=G torchrun --nnodes=$SLURM_NNODES --nproc-per-node=G
---rdzv-backend=c10d --rdzv-endpoint=$MASTER:29500 -m emulator.cli validate run --out t.json``
+--rdzv-backend=c10d --rdzv-endpoint=$MASTER:29500 -m qsgd_emu.cli validate run --out t.json``
 (NCCL is used when CUDA is available, gloo otherwise).
 """
 from __future__ import annotations
@@ -20,28 +20,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
-import subprocess
 import sys
-import time
 
-from ..errors import ConfigError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub = parser.add_subparsers(dest="action", metavar="ACTION")
     sub.required = True
-    from ..validation import harness
 
     p = sub.add_parser("run", help="time collectives and training steps on this process group")
-    harness.add_arguments(p)
+    harness_arguments(p)
     p.add_argument("--spawn", type=int, default=0,
                    help="start this many local gloo ranks instead of joining a launched group")
     p.add_argument("--wall-timeout", type=float, default=600.0,
                    help="bound on the whole run with --spawn, seconds")
 
     p = sub.add_parser("testbed", help="run the harness on a shaped namespace testbed (root)")
-    harness.add_arguments(p)
+    harness_arguments(p)
     p.add_argument("--hosts", type=int, default=4, help="emulated hosts (one rank each)")
     p.add_argument("--rate", default="1Gbit", help="link rate of every host, each direction")
     p.add_argument("--wall-timeout", type=float, default=600.0, help="bound on the run, seconds")
@@ -73,8 +68,49 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--html", default=None, help="write the figure as HTML here")
 
 
+def harness_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of the harness (``validate run`` and ``validate testbed``)."""
+    parser.add_argument("--out", required=True, help="MeasuredTrace JSON written by rank 0")
+    parser.add_argument("--ops", default="allreduce,allgather", help="comma list: allreduce,allgather")
+    parser.add_argument("--min-bytes", default="1MiB", help="smallest size (nccl-tests -b)")
+    parser.add_argument("--max-bytes", default="16MiB", help="largest size (nccl-tests -e)")
+    parser.add_argument("--factor", type=int, default=2, help="size multiplier (nccl-tests -f)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed repetitions per size")
+    parser.add_argument("--iters", type=int, default=5, help="timed repetitions per size")
+    parser.add_argument("--train-bits", default="4",
+                        help="QSGD bit widths to time against fp32 ('' for no training steps)")
+    parser.add_argument("--train-transport", default="allgather",
+                        choices=("allgather", "scatter_reduce_allgather"))
+    parser.add_argument("--width", type=int, default=1024, help="hidden units of the wide MLP")
+    parser.add_argument("--depth", type=int, default=3, help="hidden layers of the wide MLP")
+    parser.add_argument("--batch-size", type=int, default=16, help="samples per rank per step")
+    parser.add_argument("--train-warmup", type=int, default=2)
+    parser.add_argument("--train-steps", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="process-group timeout, seconds (a dead peer fails, never hangs)")
+    parser.add_argument("--topology", default=None,
+                        help="topology spec of this set-up, kept in the trace for compare")
+
+
+def harness_config(args):
+    """The :class:`testbench.HarnessConfig` of parsed harness options (validated)."""
+    import testbench
+    import topologies
+
+    bits = tuple(int(b) for b in str(args.train_bits).split(",") if b.strip())
+    return testbench.HarnessConfig(
+        ops=tuple(o.strip() for o in args.ops.split(",") if o.strip()),
+        min_bytes=topologies.parse_bytes(args.min_bytes), max_bytes=topologies.parse_bytes(args.max_bytes),
+        factor=args.factor, warmup=args.warmup, iters=args.iters, train_bits=bits,
+        train_transport=args.train_transport, width=args.width, depth=args.depth,
+        batch_size=args.batch_size, train_warmup=args.train_warmup,
+        train_steps=args.train_steps, seed=args.seed, timeout_s=args.timeout,
+        topology=args.topology)
+
+
 def _load_trace(path):
-    from ..validation import MeasuredTrace, import_nccl_tests
+    from emulator import MeasuredTrace, import_nccl_tests
 
     with open(path, encoding="utf-8", errors="replace") as f:
         head = f.read(4096)
@@ -101,14 +137,8 @@ def _sizes(text):
     return [topologies.parse_bytes(s.strip()) for s in text.split(",") if s.strip()]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _harness_argv(args) -> list[str]:
-    argv = [sys.executable, "-m", "emulator.validation.harness", "--out", os.path.abspath(args.out)]
+    argv = [sys.executable, "-m", "qsgd_emu", "validate", "run", "--out", os.path.abspath(args.out)]
     for opt in ("ops", "min_bytes", "max_bytes", "factor", "warmup", "iters", "train_bits",
                 "train_transport", "width", "depth", "batch_size", "train_warmup", "train_steps",
                 "seed", "timeout", "topology"):
@@ -128,43 +158,20 @@ def _report_ranks(results) -> int:
 
 
 def _run(args) -> int:
-    from ..validation import harness
+    import testbench
 
+    cfg = harness_config(args)          # validated before anything starts
     if not args.spawn:
-        cfg = harness.config_from_args(args)
-        trace = harness.run(cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
+        trace = testbench.run_harness(cfg, log=lambda s: print(s, file=sys.stderr, flush=True))
         if trace is not None:
             trace.save(args.out)
             print(f"wrote {args.out}: {len(trace.collectives)} collective points, "
                   f"{len(trace.training)} training points")
         return 0
     if args.spawn < 1:
-        raise ConfigError(f"--spawn {args.spawn} must be >= 1")
-    harness.config_from_args(args)          # validate before starting anything
-    from ..validation.testbed import RankResult, _kill_group
-
-    port = _free_port()
-    procs, start = [], time.monotonic()
-    for rank in range(args.spawn):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE=str(args.spawn), LOCAL_RANK=str(rank),
-                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(_harness_argv(args), env=env, stderr=subprocess.PIPE,
-                                      stdout=subprocess.PIPE, text=True, start_new_session=True))
-    results = []
-    try:
-        for rank, p in enumerate(procs):
-            left = max(1.0, args.wall_timeout - (time.monotonic() - start))
-            try:
-                out, err = p.communicate(timeout=left)
-                results.append(RankResult(rank, p.returncode, out, err, time.monotonic() - start))
-            except subprocess.TimeoutExpired:
-                _kill_group(p)
-                results.append(RankResult(rank, None, "", "", time.monotonic() - start, True))
-            if rank == 0 and results[-1].stderr:
-                sys.stderr.write(results[-1].stderr)
-    finally:
-        for p in procs:
-            _kill_group(p)
+        raise ValueError(f"--spawn {args.spawn} must be >= 1")
+    results = testbench.run_local_ranks(_harness_argv(args), args.spawn,
+                                        timeout_s=args.wall_timeout, echo_rank0=sys.stderr.write)
     rc = _report_ranks(results)
     if rc == 0:
         print(f"wrote {args.out}")
@@ -172,15 +179,14 @@ def _run(args) -> int:
 
 
 def _testbed(args) -> int:
+    import testbench
     import topologies
-    from ..validation import harness
-    from ..validation.testbed import Testbed, TestbedConfig
 
     rate = topologies.parse_bandwidth(args.rate)
     if args.topology is None:
         args.topology = f"switch:{args.hosts},bw={args.rate},link=ethernet"
-    harness.config_from_args(args)
-    with Testbed(TestbedConfig(hosts=args.hosts, rate=rate)) as tb:
+    harness_config(args)
+    with testbench.Testbed(testbench.TestbedConfig(hosts=args.hosts, rate=rate)) as tb:
         results = tb.run(_harness_argv(args), timeout_s=args.wall_timeout, cwd=os.getcwd())
     if results[0].stderr:
         sys.stderr.write("\n".join(line for line in results[0].stderr.splitlines()
@@ -192,7 +198,7 @@ def _testbed(args) -> int:
 
 
 def _import(args) -> int:
-    from ..validation import import_nccl_tests
+    from emulator import import_nccl_tests
 
     trace = import_nccl_tests(args.log, op=args.op, world_size=args.world_size, topology=args.topology)
     trace.save(args.out)
@@ -205,8 +211,8 @@ def _import(args) -> int:
 
 
 def _calibrate(args) -> int:
-    from ..validation import calibrate
-    from ..validation.compare import _topology
+    from emulator import calibrate
+    from emulator.validation.compare import _topology
 
     trace = _load_trace(args.trace)
     G, spec = _topology(trace, _graph(args.topology), args.topology)
@@ -230,9 +236,9 @@ def _calibrate(args) -> int:
 
 def _compare(args) -> int:
     import topologies
-    from ..validation import compare
-    from ..validation.calibrate import Calibration
-    from ..validation.compare import step_breakdown
+    from emulator import compare
+    from emulator.validation import Calibration
+    from emulator.validation.compare import step_breakdown
 
     trace = _load_trace(args.trace)
     cal = None

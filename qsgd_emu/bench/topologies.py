@@ -17,9 +17,7 @@ import time
 
 import networkx as nx
 
-from .routing import Router
-from .spec import from_spec
-from ._graph import gpus
+from topologies import Router, from_spec, gpus
 
 CASES = (
     "fat_tree:k=16",

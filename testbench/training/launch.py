@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import traceback
 from datetime import timedelta
 from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
+
+from ..processes import free_port
 
 
 def launched_by_torchrun() -> bool:
@@ -38,12 +39,6 @@ def init(backend: str | None = None, timeout_s: float = 120.0) -> tuple[int, int
         dist.init_process_group(backend or "gloo", store=dist.HashStore(), rank=0, world_size=1,
                                 timeout=timeout)
     return dist.get_rank(), dist.get_world_size()
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, timeout_s: float, fn, args, results) -> None:

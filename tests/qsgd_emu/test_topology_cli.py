@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from emulator.cli import main
+from qsgd_emu.cli import main
 
 
 def test_topology_table(capsys):

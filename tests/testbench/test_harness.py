@@ -1,13 +1,12 @@
 """The harness on real gloo process groups (local ranks), and its configuration errors."""
-import json
 import statistics
 
 import pytest
 
 from emulator import ConfigError
-from emulator.cli import main
+from qsgd_emu.cli import main
 from emulator.validation import MeasuredTrace
-from emulator.validation.harness import HarnessConfig, critical_busy, sizes
+from testbench.harness import HarnessConfig, critical_busy, sizes
 
 
 def test_sizes_follow_nccl_tests():

@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from emulator.cli import main
+from qsgd_emu.cli import main
 from emulator.validation.nccl_tests import parse_nccl_tests_text
 
 # ring:4: GPU i linked to GPU i+1, 12.5e9 B/s and 1 us per link (topologies defaults).

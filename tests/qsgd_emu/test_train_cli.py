@@ -16,8 +16,8 @@ import pytest
 import emulator
 import qsgd
 import topologies
-from tests.emulator.cli_run import run_cli
-from emulator.store import RunStore
+from tests.qsgd_emu.cli_run import run_cli
+from testbench.store import RunStore
 
 P = 2                               # ranks
 EPOCHS, BATCH = 2, 64
@@ -152,8 +152,8 @@ def test_powersgd_bytes_follow_torchs_compression_rule_at_the_boundary():
     from torch import nn
     from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
 
-    from emulator.training.compression import COMPRESSIONS
-    from emulator.training.loop import TrainConfig
+    from testbench.training.compression import COMPRESSIONS
+    from testbench.training.loop import TrainConfig
 
     assert not _should_compress(8, 8, 2, 2)[0]
     model = nn.Sequential(nn.Linear(8, 8, bias=False), nn.Linear(8, 20, bias=False))  # 8x8, 20x8
@@ -166,8 +166,8 @@ def test_powersgd_bytes_follow_torchs_compression_rule_at_the_boundary():
 
 def test_predictor_simulates_the_runs_ranks_only():
     """With --topology larger than the run, the prediction is of the run's 2 ranks."""
-    from emulator.training.loop import TrainConfig
-    from emulator.training.predict import make_predictor
+    from testbench.training.loop import TrainConfig
+    from testbench.training.predict import make_predictor
 
     cfg = TrainConfig(compression="fp32")
     two = emulator.run_collective(topologies.from_spec("switch:2"), "allreduce", "ring", 200_000).time_s

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from emulator.errors import StoreError
+from .errors import StoreError
 
 SCHEMA_VERSION = 1
 
@@ -118,13 +118,13 @@ class RunStore:
         :func:`default_path`. ``":memory:"`` gives a private in-memory store (one process).
     timeout_s : float
         How long a writer waits for a competing writer's lock (seconds) before
-        :class:`~emulator.StoreError`.
+        :class:`~testbench.StoreError`.
 
     Notes
     -----
     Safe to share between threads (one connection, serialised by a lock) and between processes
     (each opens its own connection; after ``fork`` the child reconnects). Every public method
-    raises :class:`~emulator.StoreError` for a bad argument, a missing run or an unusable file.
+    raises :class:`~testbench.StoreError` for a bad argument, a missing run or an unusable file.
     """
 
     def __init__(self, path: str | os.PathLike | None = None, *, timeout_s: float = 10.0):
