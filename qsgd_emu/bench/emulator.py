@@ -327,14 +327,3 @@ def run(args: argparse.Namespace) -> int:
                      progress=report, events_max=args.events_max)
     print(json.dumps(rows, indent=1) if args.json else format_table(rows))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m emulator.bench`` runs the same benchmark without the CLI."""
-    parser = argparse.ArgumentParser(prog="python -m emulator.bench", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

@@ -99,14 +99,3 @@ def run(args: argparse.Namespace) -> int:
             if _gpu_count(spec) <= args.max_gpus]
     print(json.dumps(rows, indent=2) if args.json else format_table(rows))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m topologies.bench`` runs the same benchmark without the CLI."""
-    parser = argparse.ArgumentParser(prog="python -m topologies.bench", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

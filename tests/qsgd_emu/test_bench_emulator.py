@@ -9,7 +9,7 @@ import pytest
 
 import emulator
 import topologies
-from emulator import bench
+from qsgd_emu.bench import emulator as bench
 from qsgd_emu.cli import main
 
 B, LAT = 12.5e9, 1e-6

@@ -4,7 +4,8 @@ import json
 import pytest
 
 from qsgd_emu import cli
-from qsgd import QSGDConfig, bench, payload_nbytes
+from qsgd import QSGDConfig, payload_nbytes
+from qsgd_emu.bench import qsgd as bench
 
 
 def test_bench_qsgd_json(capsys):

@@ -40,7 +40,7 @@ def test_topology_errors_exit_2_with_one_line(capsys, argv, words):
 
 def test_bench_prints_a_table_with_ratios(capsys):
     import argparse
-    from topologies import bench
+    from qsgd_emu.bench import topologies as bench
     p = argparse.ArgumentParser()
     bench.add_arguments(p)
     assert bench.run(p.parse_args(["--max-gpus", "1024", "--baseline-pairs", "4"])) == 0

@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from emulator import ConfigError
+from testbench import ConfigError
 from qsgd_emu.cli import main
 from emulator.validation import MeasuredTrace
 from testbench.harness import HarnessConfig, critical_busy, sizes

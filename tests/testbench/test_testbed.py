@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from emulator import ConfigError
+from testbench import ConfigError
 from testbench.testbed import Testbed, TestbedConfig, TestbedError, available, cleanup_stale
 
 OK, WHY = available()
