@@ -10,7 +10,7 @@ For each link rate (default 1 Gbit/s and 200 Mbit/s), 4 hosts on one shaped swit
    the emulator, and
    predicts the training steps: the CPU work the real steps spent outside collectives
    (``busy_s``, slowest rank per segment between the hook's collectives) plus the emulated
-   network (:func:`emulator.validation.predict_training`).
+   network (:func:`emulator.validation.training.predict_training`).
 
 Smaller fit sizes pin the latency better but, with 4 ranks on 2 shared cores, a 256 KiB ring
 step is dominated by CPU scheduling (10 ms for 256 KiB at 1 Gbit/s where the wire needs 3 ms),
@@ -66,7 +66,7 @@ def main(argv=None) -> int:
     os.makedirs(args.out, exist_ok=True)
 
     from emulator.validation import MeasuredTrace, compare
-    from emulator.validation.compare import step_breakdown
+    from emulator.validation.training import step_breakdown
 
     rows, summary = [], []
     for rate in [r.strip() for r in args.rates.split(",") if r.strip()]:

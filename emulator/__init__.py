@@ -13,12 +13,13 @@ torch is imported only by the functions that read a :class:`qsgd.PayloadTrace`.
 606.0
 """
 from .closed_form import closed_form
-from .collectives import ALGORITHMS, Schedule, Transfer, build_schedule, busbw_factor
+from .collectives import ALGORITHMS, Route, Schedule, Transfer, build_schedule, busbw_factor
 from .compute import DEVICES, ComputeModel
 from .engine import run_collective, simulate
 from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError, SimulationError,
                      TraceError)
 from .faults import DegradedLink, Fault, RemovedLink, Straggler
+from .network import Network
 from .replaying import TRANSPORTS, Prediction, replay
 from .report import write_report
 from .result import CollectiveResult
@@ -30,10 +31,10 @@ from .validation import (CollectivePoint, MeasuredTrace, TrainingPoint, Validati
 __all__ = [
     "EmulatorError", "ConfigError", "ScheduleError", "SimulationError", "TraceError",
     "CalibrationError",
-    "Transfer", "Schedule", "ALGORITHMS", "build_schedule", "busbw_factor", "closed_form",
+    "Route", "Transfer", "Schedule", "ALGORITHMS", "build_schedule", "busbw_factor", "closed_form",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep",
-    "ComputeModel", "DEVICES", "replay", "Prediction", "TRANSPORTS", "StudyConfig", "run_study",
+    "ComputeModel", "DEVICES", "Network", "replay", "Prediction", "TRANSPORTS", "StudyConfig", "run_study",
     "topology_for", "write_report",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",

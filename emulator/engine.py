@@ -79,7 +79,8 @@ def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.n
 
 
 class _Network:
-    """Routes, channel capacities and latencies of the GPU pairs a schedule uses."""
+    """Routes, channel capacities and latencies of the (route, source, destination) triples a
+    schedule uses; transfers of one triple share its path ("pair" below)."""
 
     def __init__(self, G, schedule: Schedule):
         import topologies
@@ -91,13 +92,19 @@ class _Network:
         if bad:
             raise ConfigError(f"ranks {bad[:5]} are not in the topology {G.graph.get('name', '')!r} "
                               f"({n_gpus} GPUs, ranks 0..{n_gpus - 1})")
+        for route in schedule.routes:
+            missing = [v for v in route.via if v not in G]
+            if missing:
+                raise ConfigError(f"route via {missing[0]!r} is not a node of the topology "
+                                  f"{G.graph.get('name', '')!r}")
         router = topologies.Router(G)
         net = schedule.src != schedule.dst
-        key = np.where(net, schedule.src * n_gpus + schedule.dst, -1)
-        if n_gpus * n_gpus <= 1 << 26:
-            # Pairs by a presence table over all n^2 keys: linear, where np.unique sorts the
+        nn = n_gpus * n_gpus
+        key = np.where(net, schedule.route * nn + schedule.src * n_gpus + schedule.dst, -1)
+        if nn * len(schedule.routes) <= 1 << 26:
+            # Pairs by a presence table over all keys: linear, where np.unique sorts the
             # millions of transfers of a big ring (0.5 s at 1024 GPUs).
-            seen = np.zeros(n_gpus * n_gpus + 1, dtype=bool)
+            seen = np.zeros(nn * len(schedule.routes) + 1, dtype=bool)
             seen[key + 1] = True
             pairs = np.flatnonzero(seen) - 1
             self.pair_of = (np.cumsum(seen) - 1)[key + 1]
@@ -110,8 +117,11 @@ class _Network:
                 ptr.append(ptr[-1])
                 lat.append(0.0)
                 continue
-            s, d = divmod(k, n_gpus)
-            path = router.channels(self.nodes[s], self.nodes[d])
+            r, sd = divmod(k, nn)
+            s, d = divmod(sd, n_gpus)
+            route = schedule.routes[r]
+            stops = (self.nodes[s], *route.via, self.nodes[d])
+            path = [c for a, b in zip(stops, stops[1:]) for c in router.channels(a, b, route.flow)]
             ids = [self.chan_ids.setdefault(c, len(self.chan_ids)) for c in path]
             chans.extend(ids)
             ptr.append(len(chans))

@@ -23,7 +23,8 @@ from typing import Callable
 
 from emulator.compute import DEVICES, ComputeModel
 from emulator.errors import ConfigError
-from emulator.replaying import TRANSPORTS, Network, replay
+from emulator.network import Network
+from emulator.replaying import TRANSPORTS, replay
 
 FORMAT = "qsgd-study"
 VERSION = 1

@@ -12,9 +12,9 @@ import numbers
 
 from ..errors import ConfigError
 from . import compressed, direct, hierarchical, rhd, ring, tree
-from ._schedule import Schedule, Transfer, check_ranks, split
+from ._schedule import Route, Schedule, Transfer, check_ranks, split
 
-__all__ = ["Transfer", "Schedule", "ALGORITHMS", "OPS", "build_schedule", "busbw_factor", "split"]
+__all__ = ["Route", "Transfer", "Schedule", "ALGORITHMS", "OPS", "build_schedule", "busbw_factor", "split"]
 
 #: (op, algorithm) -> builder(ranks, nbytes, *, chunks, graph, payload_bytes) -> Schedule
 ALGORITHMS = {

@@ -1,5 +1,9 @@
 """Transfers and schedules: the data every collective algorithm produces (no SimPy here).
 
+A transfer goes from its source GPU to its destination GPU along the topology's
+shortest-latency route, unless it names a :class:`Route`: waypoints to pass through (a
+channel's NIC, say, as NCCL's rail-aligned rings do) and an ECMP flow label.
+
 A schedule can hold millions of transfers (a 1024-rank ring allreduce has 2 093 056), so it
 keeps them as numpy arrays (struct of arrays) and builds :class:`Transfer` objects only when
 someone asks for :attr:`Schedule.transfers`. Dependencies are stored in CSR form
@@ -16,6 +20,45 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ConfigError, ScheduleError
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a transfer crosses the network: through ``via`` nodes, hashed by ``flow`` on ECMP.
+
+    The path is src -> via[0] -> ... -> via[-1] -> dst, each leg the router's shortest-latency
+    route with ``flow`` as its ECMP label (:meth:`topologies.Router.path`). ``Route()`` is the
+    default: the shortest route with flow label 0.
+
+    Parameters
+    ----------
+    via : tuple of str
+        Node ids of the topology to pass through, in order.
+    flow : int
+        ECMP flow label (>= 0): flows with different labels may take different equal-cost paths.
+
+    Examples
+    --------
+    >>> Route(via=("n0.nic3", "n1.nic3"), flow=3)
+    Route(via=('n0.nic3', 'n1.nic3'), flow=3)
+    """
+
+    via: tuple = ()
+    flow: int = 0
+
+    def __post_init__(self):
+        via = tuple(self.via) if not isinstance(self.via, str) else (self.via,)
+        for node in via:
+            if not isinstance(node, str) or not node:
+                raise ScheduleError(f"Route: via node {node!r} must be a non-empty node id string")
+        object.__setattr__(self, "via", via)
+        f = self.flow
+        if isinstance(f, bool) or not isinstance(f, numbers.Integral) or f < 0:
+            raise ScheduleError(f"Route: flow={f!r} must be an integer >= 0")
+        object.__setattr__(self, "flow", int(f))
+
+
+DEFAULT_ROUTE = Route()
 
 
 @dataclass(frozen=True)
@@ -38,6 +81,8 @@ class Transfer:
     compute_s : float
         Seconds of local work at ``src`` after the deps and before sending (reduction,
         encode, decode), >= 0.
+    route : int
+        Index into the schedule's ``routes`` (0: the default shortest route).
     """
 
     id: int
@@ -47,9 +92,10 @@ class Transfer:
     deps: tuple = ()
     tag: str = ""
     compute_s: float = 0.0
+    route: int = 0
 
     def __post_init__(self):
-        for name in ("id", "src", "dst", "nbytes"):
+        for name in ("id", "src", "dst", "nbytes", "route"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
                 raise ScheduleError(f"Transfer: {name}={value!r} must be a non-negative integer")
@@ -85,18 +131,23 @@ class Schedule:
         :func:`emulator.collectives.build_schedule`).
     chunks : int
         Pipelining chunks the schedule was built with.
+    routes : sequence of Route
+        The routes transfers refer to by index; ``routes[0]`` is the default
+        ``Route()`` (prepended when missing).
 
     Attributes
     ----------
-    src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids : numpy.ndarray
-        Read-only struct-of-arrays view; ``tags[tag_code[i]]`` is transfer ``i``'s tag.
+    src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids, route : numpy.ndarray
+        Read-only struct-of-arrays view; ``tags[tag_code[i]]`` is transfer ``i``'s tag and
+        ``routes[route[i]]`` its route.
     """
 
     __slots__ = ("src", "dst", "size", "compute_s", "dep_ptr", "dep_idx", "tag_code", "tags",
-                 "ids", "ranks", "op", "algorithm", "nbytes", "chunks", "_transfers")
+                 "ids", "route", "routes", "ranks", "op", "algorithm", "nbytes", "chunks",
+                 "_transfers")
 
     def __init__(self, transfers: Sequence[Transfer], ranks, op: str, algorithm: str,
-                 nbytes: int, *, chunks: int = 1):
+                 nbytes: int, *, chunks: int = 1, routes: Sequence[Route] = (DEFAULT_ROUTE,)):
         transfers = list(transfers)
         for t in transfers:
             if not isinstance(t, Transfer):
@@ -128,12 +179,14 @@ class Schedule:
             dep_idx=np.array(dep_idx, dtype=np.int64),
             tag_code=np.array([code[t.tag] for t in transfers], dtype=np.int32),
             tags=tuple(tags), ids=np.array([t.id for t in transfers], dtype=np.int64),
+            route=np.array([t.route for t in transfers], dtype=np.int64), routes=routes,
             ranks=ranks, op=op, algorithm=algorithm, nbytes=nbytes, chunks=chunks)
         object.__setattr__(self, "_transfers", tuple(transfers))
 
     @classmethod
     def from_arrays(cls, *, src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, tags,
-                    ranks, op, algorithm, nbytes, chunks=1, ids=None) -> "Schedule":
+                    ranks, op, algorithm, nbytes, chunks=1, ids=None, route=None,
+                    routes=(DEFAULT_ROUTE,)) -> "Schedule":
         """Build from struct-of-arrays data (what the algorithm builders do); validated."""
         self = object.__new__(cls)
         src = np.asarray(src, dtype=np.int64)
@@ -144,18 +197,27 @@ class Schedule:
                    dep_idx=np.asarray(dep_idx, dtype=np.int64),
                    tag_code=np.asarray(tag_code, dtype=np.int32), tags=tuple(tags),
                    ids=np.arange(len(src), dtype=np.int64) if ids is None else np.asarray(ids),
+                   route=(np.zeros(len(src), dtype=np.int64) if route is None
+                          else np.asarray(route, dtype=np.int64)), routes=routes,
                    ranks=ranks, op=op, algorithm=algorithm, nbytes=nbytes, chunks=chunks)
         object.__setattr__(self, "_transfers", None)
         return self
 
-    def _init(self, *, src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, tags, ids, ranks,
-              op, algorithm, nbytes, chunks):
+    def _init(self, *, src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, tags, ids, route,
+              routes, ranks, op, algorithm, nbytes, chunks):
         n = len(src)
+        routes = tuple(routes)
+        for r in routes:
+            if not isinstance(r, Route):
+                raise ScheduleError(f"Schedule: routes entry {r!r} is not a Route")
+        if not routes or routes[0] != DEFAULT_ROUTE:
+            routes = (DEFAULT_ROUTE,) + routes
+            route = route + 1
         ranks = tuple(int(r) for r in ranks)
         if len(set(ranks)) != len(ranks):
             raise ScheduleError(f"Schedule: ranks {list(ranks)} contain duplicates")
         for name, arr in (("dst", dst), ("size", size), ("compute_s", compute_s),
-                          ("tag_code", tag_code), ("ids", ids)):
+                          ("tag_code", tag_code), ("ids", ids), ("route", route)):
             if len(arr) != n:
                 raise ScheduleError(f"Schedule: {name} has {len(arr)} entries, src has {n}")
         if len(dep_ptr) != n + 1 or (n and (dep_ptr[0] != 0 or dep_ptr[-1] != len(dep_idx))):
@@ -191,11 +253,16 @@ class Schedule:
                                         f"dependency or a cycle)")
             if len(tags) and (tag_code.min() < 0 or tag_code.max() >= len(tags)):
                 raise ScheduleError("Schedule: tag_code out of range of tags")
-        for arr in (src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids):
+            if route.min() < 0 or route.max() >= len(routes):
+                i = int(np.argmax((route < 0) | (route >= len(routes))))
+                raise ScheduleError(f"Schedule: transfer {int(ids[i])}: route={int(route[i])} is "
+                                    f"not an index of the {len(routes)} routes")
+        for arr in (src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids, route):
             arr.flags.writeable = False
         for name, value in (("src", src), ("dst", dst), ("size", size), ("compute_s", compute_s),
                             ("dep_ptr", dep_ptr), ("dep_idx", dep_idx), ("tag_code", tag_code),
-                            ("tags", tags), ("ids", ids), ("ranks", ranks), ("op", str(op)),
+                            ("tags", tags), ("ids", ids), ("route", route), ("routes", routes),
+                            ("ranks", ranks), ("op", str(op)),
                             ("algorithm", str(algorithm)), ("nbytes", int(nbytes)),
                             ("chunks", int(chunks))):
             object.__setattr__(self, name, value)
@@ -218,7 +285,8 @@ class Schedule:
             out = tuple(
                 Transfer(int(ids[i]), int(self.src[i]), int(self.dst[i]), int(self.size[i]),
                          tuple(int(ids[j]) for j in idx[ptr[i]:ptr[i + 1]]),
-                         self.tags[self.tag_code[i]], float(self.compute_s[i]))
+                         self.tags[self.tag_code[i]], float(self.compute_s[i]),
+                         int(self.route[i]))
                 for i in range(len(self)))
             object.__setattr__(self, "_transfers", out)
         return self._transfers
@@ -252,24 +320,32 @@ class Builder:
         self._parts = []
         self._n = 0
         self._tags: dict[str, int] = {}
+        self._routes: dict[Route, int] = {DEFAULT_ROUTE: 0}
 
     @property
     def count(self) -> int:
         return self._n
 
-    def add(self, src, dst, nbytes, deps=(), tag: str = "", compute_s=0.0) -> np.ndarray:
+    def route(self, route: Route) -> int:
+        """The index of ``route`` in the schedule being built (added on first use)."""
+        if not isinstance(route, Route):
+            raise ScheduleError(f"Builder.route: {route!r} is not a Route")
+        return self._routes.setdefault(route, len(self._routes))
+
+    def add(self, src, dst, nbytes, deps=(), tag: str = "", compute_s=0.0, route=0) -> np.ndarray:
         # Scalars broadcast against the longest argument (one sender, c chunks, say).
-        m = max(np.size(src), np.size(dst), np.size(nbytes), np.size(compute_s),
+        m = max(np.size(src), np.size(dst), np.size(nbytes), np.size(compute_s), np.size(route),
                 *(np.size(d) for d in deps))
         src = np.broadcast_to(np.asarray(src, dtype=np.int64), (m,))
         dst = np.broadcast_to(np.asarray(dst, dtype=np.int64), (m,))
         nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), (m,))
         compute = np.broadcast_to(np.asarray(compute_s, dtype=np.float64), (m,))
+        routes = np.broadcast_to(np.asarray(route, dtype=np.int64), (m,))
         cols = [np.broadcast_to(np.asarray(d, dtype=np.int64), (m,)) for d in deps]
         depmat = np.stack(cols, axis=1) if cols else np.empty((m, 0), dtype=np.int64)
         code = self._tags.setdefault(tag, len(self._tags))
         ids = np.arange(self._n, self._n + m, dtype=np.int64)
-        self._parts.append((src, dst, nbytes, compute, depmat, code))
+        self._parts.append((src, dst, nbytes, compute, depmat, code, routes))
         self._n += m
         return ids
 
@@ -292,8 +368,9 @@ class Builder:
             dep_idx = np.concatenate(flat)
             tag_code = np.concatenate([np.full(len(p[0]), p[5], dtype=np.int32)
                                        for p in self._parts])
+            route = np.concatenate([p[6] for p in self._parts])
         else:
-            src = dst = size = dep_idx = np.empty(0, dtype=np.int64)
+            src = dst = size = dep_idx = route = np.empty(0, dtype=np.int64)
             compute = np.empty(0)
             counts = np.empty(0, dtype=np.int64)
             tag_code = np.empty(0, dtype=np.int32)
@@ -302,7 +379,8 @@ class Builder:
         return Schedule.from_arrays(src=src, dst=dst, size=size, compute_s=compute,
                                     dep_ptr=dep_ptr, dep_idx=dep_idx, tag_code=tag_code,
                                     tags=tuple(self._tags), ranks=ranks, op=op,
-                                    algorithm=algorithm, nbytes=nbytes, chunks=chunks)
+                                    algorithm=algorithm, nbytes=nbytes, chunks=chunks,
+                                    route=route, routes=tuple(self._routes))
 
 
 def check_ranks(ranks) -> tuple:

@@ -238,7 +238,7 @@ def _compare(args) -> int:
     import topologies
     from emulator import compare
     from emulator.validation import Calibration
-    from emulator.validation.compare import step_breakdown
+    from emulator.validation.training import step_breakdown
 
     trace = _load_trace(args.trace)
     cal = None

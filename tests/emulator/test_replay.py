@@ -7,7 +7,7 @@ import pytest
 
 import emulator
 import topologies
-from emulator.replaying import Network
+from emulator.network import Network
 from tests.emulator.test_compute import _trace
 
 

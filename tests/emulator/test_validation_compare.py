@@ -7,7 +7,7 @@ import pytest
 import topologies
 from emulator import TraceError
 from emulator.validation import MeasuredTrace, ValidationReport, compare
-from emulator.validation.compare import predict_training
+from emulator.validation.training import predict_training
 from emulator.validation.trace import CollectivePoint, TrainingPoint
 
 from .test_validation_calibrate import ring_over_star
@@ -153,7 +153,7 @@ def test_topology_is_required():
 
 
 def test_step_breakdown_line():
-    from emulator.validation.compare import step_breakdown
+    from emulator.validation.training import step_breakdown
 
     row = {"busy_s": 0.0778, "collectives": [
         {"name": "size all_gather", "predicted_s": 0.0002, "measured_s": None, "overlap_s": None},
