@@ -1,203 +1,24 @@
-"""Figures of the dashboard as pure functions: plain rows and dicts in, ``go.Figure`` out.
+"""The dashboard's own figures: the topology drawing and the live-run panels, in its theme.
 
-Nothing here touches the emulator or the network: every function takes the JSON-ready
-results documented in ``docs/formats.md`` and ``docs/interfaces.md`` (study rows,
-``Prediction.to_dict()``, ``CollectiveResult.to_dict()``, run-store steps, validation points),
-so each one is unit-tested on hand-written inputs. Units: seconds, bytes, bytes/s.
+Study and validation figures come from the figure library :mod:`emulator.figures`, which
+``report.html`` uses too; the colour cycle and the empty "why" figure are that library's, so a
+series keeps its colour everywhere. Every function takes plain JSON-ready data (node-link
+graphs, ``CollectiveResult.to_dict()``, run-store steps) and returns a ``go.Figure``.
 """
 from __future__ import annotations
 
-import math
 from collections import defaultdict
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import plotly.graph_objects as go
+from emulator import figures as library
 
-#: Colour cycle shared by every figure, so a series keeps its colour across figures.
-PALETTE = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)
+PALETTE = library.PALETTE
+message_figure = library.message_figure
+_base_layout = library.style
 
-#: Scaling metrics: row key -> (axis title, log axis?).
-SCALING_METRICS: dict[str, tuple[str, bool]] = {
-    "throughput_samples_s": ("throughput (samples/s)", True),
-    "speedup_vs_fp32": ("speedup over fp32 allreduce (x)", False),
-    "iteration_s": ("iteration time (s)", True),
-    "scaling_efficiency": ("scaling efficiency", False),
-    "bytes_per_gpu": ("bytes per GPU per iteration (bytes)", True),
-}
-
-#: Parts of one iteration, in stacking order: row key -> legend name.
-BREAKDOWN_PARTS: dict[str, str] = {
-    "compute_s": "compute",
-    "exposed_comm_s": "exposed communication",
-    "encode_decode_s": "encode/decode",
-}
-
-
-def _base_layout(fig: go.Figure, title: str, xaxis: str, yaxis: str) -> go.Figure:
-    fig.update_layout(
-        title={"text": title},
-        xaxis_title=xaxis,
-        yaxis_title=yaxis,
-        template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50},
-        legend={"orientation": "h", "y": -0.2},
-    )
-    return fig
-
-
-def message_figure(text: str, title: str = "") -> go.Figure:
-    """An empty figure that says why it is empty (no data yet, bad input, ...)."""
-    fig = go.Figure()
-    fig.update_layout(
-        title={"text": title},
-        template="plotly_white",
-        xaxis={"visible": False},
-        yaxis={"visible": False},
-        annotations=[{"text": text, "showarrow": False, "xref": "paper", "yref": "paper",
-                      "x": 0.5, "y": 0.5, "font": {"size": 14}}],
-    )
-    return fig
-
-
-def series_label(row: Mapping[str, Any], *, with_topology: bool = True) -> str:
-    """Legend label of one study configuration: transport, bits and (optionally) topology."""
-    transport = str(row.get("transport", "?"))
-    bits = row.get("bits")
-    label = transport if bits is None or transport in ("fp32", "fp16") else f"{transport} {bits}-bit"
-    if with_topology and row.get("topology") is not None:
-        label += f" @ {row['topology']}"
-    return label
-
-
-def _series(rows: Iterable[Mapping[str, Any]]) -> dict[str, list[Mapping[str, Any]]]:
-    rows = list(rows)
-    with_topology = len({r.get("topology") for r in rows}) > 1
-    out: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for row in rows:
-        out[series_label(row, with_topology=with_topology)].append(row)
-    return dict(out)
-
-
-def scaling_figure(rows: Sequence[Mapping[str, Any]], metric: str = "throughput_samples_s") -> go.Figure:
-    """Scaling curves: one line per (transport, bits, topology), ``metric`` against GPUs.
-
-    Parameters
-    ----------
-    rows : sequence of dict
-        Study rows with ``world_size``, ``transport``, ``bits``, ``topology`` and ``metric``.
-    metric : str
-        A key of :data:`SCALING_METRICS`.
-    """
-    if metric not in SCALING_METRICS:
-        raise ValueError(f"metric: unknown scaling metric {metric!r}; known: {sorted(SCALING_METRICS)}")
-    ytitle, ylog = SCALING_METRICS[metric]
-    fig = go.Figure()
-    usable = [r for r in rows if r.get(metric) is not None and r.get("world_size") is not None]
-    for i, (label, series) in enumerate(sorted(_series(usable).items())):
-        series = sorted(series, key=lambda r: r["world_size"])
-        fig.add_trace(go.Scatter(
-            x=[r["world_size"] for r in series], y=[r[metric] for r in series],
-            mode="lines+markers", name=label, line={"color": PALETTE[i % len(PALETTE)]},
-            hovertemplate="%{x} GPUs<br>%{y:.4g}<extra>" + label + "</extra>",
-        ))
-    _base_layout(fig, ytitle.split(" (")[0] + " vs GPUs", "GPUs", ytitle)
-    fig.update_xaxes(type="log", dtick=math.log10(2))
-    if ylog:
-        fig.update_yaxes(type="log")
-    if not usable:
-        fig.add_annotation(text="no rows", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-    return fig
-
-
-def breakdown_figure(rows: Sequence[Mapping[str, Any]], world_size: int | None = None) -> go.Figure:
-    """Stacked bars of one iteration: compute, exposed communication, encode/decode (seconds).
-
-    One bar per configuration at ``world_size`` (the largest in ``rows`` by default).
-    """
-    sizes = sorted({r["world_size"] for r in rows if r.get("world_size") is not None})
-    fig = go.Figure()
-    if not sizes:
-        return _base_layout(fig, "iteration time breakdown", "configuration", "time (s)")
-    if world_size is None:
-        world_size = sizes[-1]
-    chosen = [r for r in rows if r.get("world_size") == world_size]
-    series = sorted(_series(chosen).items())
-    labels = [label for label, _ in series]
-    for i, (key, name) in enumerate(BREAKDOWN_PARTS.items()):
-        fig.add_trace(go.Bar(
-            x=labels, y=[float(s[0].get(key) or 0.0) for _, s in series], name=name,
-            marker_color=PALETTE[i],
-            hovertemplate="%{x}<br>" + name + ": %{y:.4g} s<extra></extra>",
-        ))
-    fig.update_layout(barmode="stack")
-    return _base_layout(fig, f"iteration time breakdown at {world_size} GPUs", "configuration",
-                        "time (s)")
-
-
-#: Phases of one bucket in the Gantt chart: (start key, end key, legend name).
-GANTT_PHASES: tuple[tuple[str, str, str], ...] = (
-    ("ready_s", "start_s", "waiting for the stream"),
-    ("start_s", "encode_end_s", "encode"),
-    ("encode_end_s", "comm_end_s", "collective"),
-    ("comm_end_s", "end_s", "decode"),
-)
-
-
-def _bucket_times(bucket: Mapping[str, Any]) -> dict[str, float]:
-    """The bucket's phase boundaries, tolerating the short key names (``encode_end``)."""
-    out = {}
-    for key in ("ready_s", "start_s", "encode_end_s", "comm_end_s", "end_s"):
-        value = bucket.get(key, bucket.get(key[:-2]))
-        if value is not None:
-            out[key] = float(value)
-    return out
-
-
-def gantt_figure(prediction: Mapping[str, Any]) -> go.Figure:
-    """Per-bucket timeline of one iteration (a Gantt chart, seconds from the start of forward).
-
-    Parameters
-    ----------
-    prediction : dict
-        ``Prediction.to_dict()``: ``buckets`` (or ``timeline``), a list of dicts with ``index``,
-        ``ready_s``, ``start_s``, ``encode_end_s``, ``comm_end_s``, ``end_s``; optional
-        ``forward_s``/``backward_s``/``iteration_s`` for the compute bars.
-    """
-    buckets = prediction.get("buckets") or prediction.get("timeline") or []
-    fig = go.Figure()
-    for i, (start_key, end_key, name) in enumerate(GANTT_PHASES):
-        ys, bases, widths = [], [], []
-        for b in buckets:
-            t = _bucket_times(b)
-            if start_key in t and end_key in t:
-                ys.append(f"bucket {b.get('index', len(ys))}")
-                bases.append(t[start_key])
-                widths.append(max(t[end_key] - t[start_key], 0.0))
-        if ys:
-            fig.add_trace(go.Bar(
-                y=ys, x=widths, base=bases, orientation="h", name=name,
-                marker_color=PALETTE[(i + 3) % len(PALETTE)],
-                hovertemplate="%{y}<br>" + name + ": %{base:.4g} s + %{x:.4g} s<extra></extra>",
-            ))
-    fwd = prediction.get("forward_s")
-    bwd = prediction.get("backward_s")
-    if fwd is not None and bwd is not None:
-        fig.add_trace(go.Bar(y=["compute"], x=[fwd], base=[0.0], orientation="h", name="forward",
-                             marker_color=PALETTE[0]))
-        fig.add_trace(go.Bar(y=["compute"], x=[bwd], base=[fwd], orientation="h", name="backward",
-                             marker_color=PALETTE[1]))
-    if prediction.get("iteration_s") is not None:
-        fig.add_vline(x=float(prediction["iteration_s"]), line_dash="dash",
-                      annotation_text="iteration end")
-    fig.update_layout(barmode="overlay")
-    fig.update_yaxes(autorange="reversed")
-    title = "timeline of one iteration"
-    if prediction.get("label"):
-        title += f": {prediction['label']}"
-    return _base_layout(fig, title, "time since start of forward (s)", "bucket")
+__all__ = ["PALETTE", "message_figure", "link_utilization", "topology_figure", "LIVE_METRICS",
+           "live_figure"]
 
 
 # --- topology ---------------------------------------------------------------------------
@@ -352,51 +173,3 @@ def live_figure(steps: Sequence[Mapping[str, Any]], metric: str,
                                      name="predicted (emulator)", mode="lines",
                                      line={"color": PALETTE[3], "dash": "dash"}))
     return _base_layout(fig, title, "step", ytitle)
-
-
-# --- validation -------------------------------------------------------------------------
-
-def validation_scatter(points: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Predicted against measured seconds, one trace per op, with the y = x line (log axes)."""
-    fig = go.Figure()
-    by_op: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for p in points:
-        by_op[str(p.get("op", "?"))].append(p)
-    values = [float(p[k]) for p in points for k in ("measured_s", "predicted_s") if p.get(k)]
-    for i, op in enumerate(sorted(by_op)):
-        pts = by_op[op]
-        fig.add_trace(go.Scatter(
-            x=[p["measured_s"] for p in pts], y=[p["predicted_s"] for p in pts], mode="markers",
-            name=op, marker={"color": PALETTE[i % len(PALETTE)], "size": 9,
-                             "symbol": ["circle-open" if p.get("held_out") is False else "circle"
-                                        for p in pts]},
-            text=[f"{op} {int(p['bytes'])} bytes" for p in pts],
-            hovertemplate="%{text}<br>measured %{x:.4g} s<br>predicted %{y:.4g} s<extra></extra>",
-        ))
-    if values:
-        lo, hi = min(values) / 1.5, max(values) * 1.5
-        fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x",
-                                 line={"color": "black", "dash": "dot"}))
-    _base_layout(fig, "predicted vs measured", "measured time (s)", "predicted time (s)")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
-    return fig
-
-
-def validation_error_figure(points: Sequence[Mapping[str, Any]]) -> go.Figure:
-    """Relative error of the prediction ((predicted - measured) / measured) per message size."""
-    fig = go.Figure()
-    by_op: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
-    for p in points:
-        by_op[str(p.get("op", "?"))].append(p)
-    for i, op in enumerate(sorted(by_op)):
-        pts = sorted(by_op[op], key=lambda p: p["bytes"])
-        errs = [p["rel_error"] if p.get("rel_error") is not None
-                else (p["predicted_s"] - p["measured_s"]) / p["measured_s"] for p in pts]
-        fig.add_trace(go.Scatter(x=[p["bytes"] for p in pts], y=errs, mode="lines+markers",
-                                 name=op, line={"color": PALETTE[i % len(PALETTE)]}))
-    fig.add_hline(y=0.0, line_dash="dot")
-    _base_layout(fig, "relative error per size", "message size (bytes)", "relative error")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(tickformat=".0%")
-    return fig

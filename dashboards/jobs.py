@@ -343,8 +343,8 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     """Run a what-if study: ``{"rows": [...], "gantt": Prediction dict, "params": ...}``.
 
     ``params`` comes from :func:`dashboards.pages.whatif.params_from_form` (plus
-    ``cache_dir``). The Gantt chart is the replay of the best QSGD configuration (fastest
-    iteration) at the largest world size, or fp32 when no QSGD width was picked.
+    ``cache_dir``). The timeline is the one the study kept of its best configuration
+    (:meth:`emulator.Study.best`).
     """
     trace = workload(params, progress)
     spec = _topology_spec(params)
@@ -361,25 +361,12 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
         progress(int(done), total[0], f"study: {int(done)} of {total[0]} configurations")
 
     try:
-        rows = api("emulator", "run_study")(config, progress=on_progress)
+        study = api("emulator", "run_study")(config, progress=on_progress)
     except ValueError as exc:
         raise DashboardError(f"study: {exc}") from None
-    rows = [dict(r) for r in rows]
-    best = min((r for r in rows if r["world_size"] == max(params["world_sizes"])),
-               key=lambda r: (r.get("bits", 32) >= 16, r["iteration_s"]), default=None)
-    gantt = None
-    if best is not None:
-        progress(total[0], total[0], "timeline of one iteration")
-        gantt = api("emulator", "replay")(trace, best_graph(spec, best["world_size"]),
-                                transport=best["transport"], world_size=best["world_size"]).to_dict()
-        gantt["label"] = f"{best['transport']} {best.get('bits')}-bit at {best['world_size']} GPUs"
-    return {"rows": rows, "gantt": gantt,
+    best = study.best()
+    pred = study.prediction(best)
+    gantt = None if pred is None else dict(
+        pred.to_dict(), label=f"{best.label} at {best.world_size} GPUs on {best.topology_name}")
+    return {"rows": [r.to_dict() for r in study.rows], "gantt": gantt,
             "params": {k: v for k, v in params.items() if k not in ("trace", "topology_upload")}}
-
-
-def best_graph(spec: str, world_size: int):
-    """The study's topology for ``world_size`` GPUs (``{n}`` GPUs, ``{N}`` machines)."""
-    try:
-        return api("emulator", "topology_for")(spec, world_size)
-    except ValueError as exc:
-        raise DashboardError(f"whatif-topology: {spec!r}: {exc}") from None

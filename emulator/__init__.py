@@ -24,6 +24,8 @@ from .replaying import TRANSPORTS, Prediction, replay
 from .report import write_report
 from .result import CollectiveResult
 from .study import StudyConfig, run_study, topology_for
+from .studyresult import Study, StudyRow, read_study
+from . import figures
 from .sweep import size_sweep
 from .validation import (CollectivePoint, MeasuredTrace, TrainingPoint, ValidationReport,
                          calibrate, compare, import_nccl_tests)
@@ -35,7 +37,7 @@ __all__ = [
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep",
     "ComputeModel", "DEVICES", "Network", "replay", "Prediction", "TRANSPORTS", "StudyConfig", "run_study",
-    "topology_for", "write_report",
+    "topology_for", "Study", "StudyRow", "read_study", "write_report", "figures",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",
 ]

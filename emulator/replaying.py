@@ -77,14 +77,14 @@ class BucketTimeline:
     """One bucket in the predicted iteration (seconds from the start of the iteration).
 
     ``comm_s`` is the network time of the bucket's collectives; with QSGD the small-tensor
-    allreduce runs under the encode, so ``comm_end - encode_end`` can be less than it.
+    allreduce runs under the encode, so ``comm_end_s - encode_end_s`` can be less than it.
     """
 
     index: int
     ready_s: float
     start_s: float
-    encode_end: float
-    comm_end: float
+    encode_end_s: float
+    comm_end_s: float
     end_s: float
     wire_bytes: int
     comm_s: float
@@ -127,6 +127,16 @@ class Prediction:
         d["buckets"] = [asdict(b) for b in self.buckets]
         d["comm_s"] = self.comm_s
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Prediction":
+        """The prediction of :meth:`to_dict`'s output (errors name the missing field)."""
+        try:
+            buckets = tuple(BucketTimeline(**b) for b in d["buckets"])
+            kw = {f: d[f] for f in cls.__dataclass_fields__ if f != "buckets"}
+        except (KeyError, TypeError) as exc:
+            raise ConfigError(f"Prediction: {exc} is missing or not a field") from None
+        return cls(buckets=buckets, **kw)
 
 
 # ---------------------------------------------------------------- per-bucket sizes
@@ -246,19 +256,19 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             enc_end = start + enc
             # qsgd.qsgd_hook issues the small-tensor allreduce before it encodes and the
             # payload collective after both (one stream): the encode hides the former
-            comm_end = max(enc_end, start + raw_comm) + comm
+            comm_end_s = max(enc_end, start + raw_comm) + comm
             comm += raw_comm
         else:
             enc = dec = 0.0
             wire = t.bytes_per_element * b.numel
             comm, sent = net.collective("allreduce", net.algorithm, wire)
             enc_end = start
-            comm_end = start + comm
-        end = comm_end + dec
+            comm_end_s = start + comm
+        end = comm_end_s + dec
         stream_free = end
         codec_total += enc + dec
         bytes_total += sent
-        timeline.append(BucketTimeline(k, ready, start, enc_end, comm_end, end, int(wire), comm, source))
+        timeline.append(BucketTimeline(k, ready, start, enc_end, comm_end_s, end, int(wire), comm, source))
 
     compute_s = fwd + bwd + opt
     iteration = max(fwd + bwd, stream_free) + opt

@@ -1,23 +1,21 @@
-"""What-if studies: world sizes x bit widths x transports x topologies, as tidy rows.
+"""What-if studies: world sizes x bit widths x transports x topologies, as a typed table.
 
-One task per (topology, world size) builds the graph once and replays every (bits,
-transport) on it, so the emulator's per-bucket collective cache is shared within the task;
+One task per (topology, world size, transport) builds the graph and replays that
+transport's bit widths on it, sharing the emulator's per-collective cache within the task;
 tasks run in this process, in local processes (``workers``) or on a Dask cluster
-(``cluster``, :mod:`emulator.distributed`). Rows are returned in a fixed order whatever ran
-them, so the three give identical tables.
+(``cluster``, :mod:`emulator.distributed`). :func:`run_study` returns a
+:class:`~emulator.Study` whose rows are in a fixed order whatever ran them, so the three give
+identical tables; :mod:`emulator.studyresult` documents the columns and their units.
 
-Row columns (units): ``iteration_s`` (s), ``throughput_samples_s`` (samples/s over all GPUs),
-``speedup_vs_fp32`` (fp32 iteration / this iteration, same topology and world size),
-``scaling_efficiency`` (throughput / (world_size x one GPU's throughput without
-communication) = compute_s / iteration_s), ``bytes_per_gpu`` (bytes each GPU sends per
-iteration), ``compute_s``, ``exposed_comm_s``, ``encode_decode_s`` (s).
+>>> import emulator, qsgd  # doctest: +SKIP
+>>> study = emulator.run_study(emulator.StudyConfig(trace=qsgd.PayloadTrace.load("t.json"),
+...                            world_sizes=(8, 64), topologies=("cluster:dgx_a100x{N}",)))
+>>> study.best().label, study.best().speedup_vs_fp32  # doctest: +SKIP
+('qsgd_allgather 4-bit', 1.8)
 """
 from __future__ import annotations
 
-import csv
-import json
 import math
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,13 +23,7 @@ from emulator.compute import DEVICES, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import Network
 from emulator.replaying import TRANSPORTS, replay
-
-FORMAT = "qsgd-study"
-VERSION = 1
-
-COLUMNS = ("topology", "world_size", "bits", "transport", "iteration_s", "throughput_samples_s",
-           "speedup_vs_fp32", "scaling_efficiency", "bytes_per_gpu", "compute_s", "exposed_comm_s",
-           "encode_decode_s", "model", "batch_size", "device", "algorithm", "source")
+from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
 
 DENSE_BITS = {"fp32": 32, "fp16": 16}
 
@@ -146,46 +138,88 @@ def topology_for(spec: str, world_size: int):
     return G
 
 
-def run_task(task: tuple) -> list[dict]:
-    """Rows of one (topology spec, world size) task. ``task = (config, spec, world_size)``."""
-    cfg, spec, world_size = task
+def run_task(task: tuple) -> list[tuple]:
+    """Predictions of one task: ``task = (config, spec, world_size, combos)``.
+
+    Returns ``[(bits, transport, graph name, Prediction), ...]`` in the order of ``combos``.
+    """
+    cfg, spec, world_size, combos = task
     G = topology_for(spec, world_size)
     net = Network(G, world_size, cfg.algorithm)
     compute = cfg.compute or ComputeModel()
-    trace = cfg.trace
-    base = replay(trace, G, transport="fp32", compute=compute, network=net)
+    name = str(G.graph.get("name", spec))
+    return [(bits, transport, name,
+             replay(cfg.trace, G, transport=transport, compute=compute, network=net,
+                    bits=bits if TRANSPORTS[transport].compressed else None))
+            for bits, transport in combos]
+
+
+def _tasks(config: StudyConfig) -> list[tuple]:
+    """One task per (topology, world size, transport): the grid in pieces small enough to
+    keep every worker busy; a task's bit widths share its :class:`Network` cache."""
+    tasks = []
+    for spec in config.topologies:
+        for w in config.world_sizes:
+            by_transport: dict[str, list] = {}
+            for bits, transport in config.combos():
+                by_transport.setdefault(transport, []).append((bits, transport))
+            tasks += [(config, spec, w, tuple(c)) for c in by_transport.values()]
+    return tasks
+
+
+def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
+    """Rows in grid order, with the speedups over the dense transports of the same cell."""
+    compute = config.compute or ComputeModel()
+    trace = config.trace
+    preds: dict = {}
+    names: dict = {}
+    for task, res in zip(_tasks(config), results):
+        _, spec, w, _ = task
+        for bits, transport, name, pred in res:
+            preds[(spec, w, bits, transport)] = pred
+            names[(spec, w)] = name
     rows = []
-    for bits, transport in cfg.combos():
-        pred = base if transport == "fp32" else replay(
-            trace, G, transport=transport, compute=compute, network=net,
-            bits=bits if TRANSPORTS[transport].compressed else None)
-        rows.append({
-            "topology": spec, "world_size": world_size, "bits": bits, "transport": transport,
-            "iteration_s": pred.iteration_s,
-            "throughput_samples_s": world_size * trace.batch_size / pred.iteration_s,
-            "speedup_vs_fp32": base.iteration_s / pred.iteration_s,
-            "scaling_efficiency": pred.compute_s / pred.iteration_s,
-            "bytes_per_gpu": pred.bytes_per_gpu, "compute_s": pred.compute_s,
-            "exposed_comm_s": pred.exposed_comm_s, "encode_decode_s": pred.encode_decode_s,
-            "model": trace.model, "batch_size": trace.batch_size, "device": compute.device,
-            "algorithm": cfg.algorithm, "source": f"{pred.source}; compute: {compute.source}",
-        })
-    return rows
+    for spec in config.topologies:
+        for w in config.world_sizes:
+            dense = {t: preds.get((spec, w, DENSE_BITS[t], t)) for t in DENSE_BITS}
+            for bits, transport in config.combos():
+                pred = preds[(spec, w, bits, transport)]
+                it = pred.iteration_s
+                speedup = {t: (None if p is None else p.iteration_s / it) for t, p in dense.items()}
+                rows.append(StudyRow(
+                    topology=spec, topology_name=names[(spec, w)], world_size=w, bits=bits,
+                    transport=transport, iteration_s=it,
+                    throughput_samples_s=w * trace.batch_size / it,
+                    speedup_vs_fp32=speedup["fp32"], speedup_vs_fp16=speedup["fp16"],
+                    scaling_efficiency=pred.compute_s / it, bytes_per_gpu=pred.bytes_per_gpu,
+                    compute_s=pred.compute_s, exposed_comm_s=pred.exposed_comm_s,
+                    encode_decode_s=pred.encode_decode_s,
+                    bound="communication" if pred.exposed_comm_s > COMM_BOUND_SHARE * it
+                    else "compute",
+                    model=trace.model, batch_size=trace.batch_size, device=compute.device,
+                    algorithm=config.algorithm, source=f"{pred.source}; compute: {compute.source}"))
+    return Study(tuple(rows), predictions={r.key: preds[r.key] for r in rows},
+                 config=config.to_dict())
 
 
 # ---------------------------------------------------------------- the study
 def run_study(config: StudyConfig, *, progress: Callable[[int, int], None] | None = None,
-              workers: int = 1, cluster: str | None = None) -> list[dict]:
-    """Run every (topology, world size) task of ``config``; rows in a fixed order.
+              workers: int = 1, cluster: str | None = None) -> Study:
+    """Run every task of ``config``; the :class:`~emulator.Study` of its rows.
 
     Parameters
     ----------
     progress : callable, optional
-        ``progress(done, total)`` after each task.
+        ``progress(done, total)`` after each task (one per topology, world size and transport).
     workers : int
         Local processes (1: in this process).
     cluster : str, optional
         Address of a Dask scheduler (``"tcp://host:8786"``); tasks run there.
+
+    Returns
+    -------
+    Study
+        Rows in a fixed order whatever ran them, each with its replayed timeline.
     """
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
@@ -195,7 +229,7 @@ def run_study(config: StudyConfig, *, progress: Callable[[int, int], None] | Non
         compute = ComputeModel.for_device(config.device, config.trace)
         config = dataclasses.replace(config, compute=compute)
     config.combos()
-    tasks = [(config, spec, w) for spec in config.topologies for w in config.world_sizes]
+    tasks = _tasks(config)
     for spec in config.topologies:  # a bad spec fails here, before any work is sent out
         topology_for(spec, min(config.world_sizes) if "{" in spec else max(config.world_sizes))
     total = len(tasks)
@@ -222,59 +256,12 @@ def run_study(config: StudyConfig, *, progress: Callable[[int, int], None] | Non
 
         results = [None] * total
         ctx = multiprocessing.get_context("spawn")  # no forked torch/numba thread pools
+        # Largest world sizes first: the longest tasks start at once and the short ones fill
+        # the gaps (longest-processing-time-first scheduling).
+        order = sorted(range(total), key=lambda i: -tasks[i][2])
         with cf.ProcessPoolExecutor(max_workers=min(workers, total), mp_context=ctx) as pool:
-            futs = {pool.submit(run_task, t): i for i, t in enumerate(tasks)}
+            futs = {pool.submit(run_task, tasks[i]): i for i in order}
             for f in cf.as_completed(futs):
                 results[futs[f]] = f.result()
                 tick()
-    return [row for rows in results for row in rows]
-
-
-# ---------------------------------------------------------------- writers
-def write_csv(rows: list[dict], path: str | os.PathLike) -> None:
-    """Write rows as CSV with :data:`COLUMNS` (floats with full precision)."""
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(COLUMNS), extrasaction="ignore")
-        w.writeheader()
-        for r in rows:
-            w.writerow({k: (repr(v) if isinstance(v, float) else v) for k, v in r.items()})
-
-
-def write_json(rows: list[dict], path: str | os.PathLike, config: StudyConfig | None = None) -> None:
-    """Write ``{"format": "qsgd-study", "version": 1, "config": ..., "rows": [...]}``."""
-    doc = {"format": FORMAT, "version": VERSION,
-           "config": None if config is None else config.to_dict(), "rows": rows}
-    with open(path, "w") as f:
-        json.dump(doc, f, indent=1)
-
-
-def read_rows(path: str | os.PathLike) -> list[dict]:
-    """Rows of a study JSON file written by :func:`write_json`."""
-    from emulator.errors import TraceError
-
-    with open(path) as f:
-        doc = json.load(f)
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise TraceError(f"format must be {FORMAT!r}, got {doc.get('format') if isinstance(doc, dict) else doc!r}")
-    if doc.get("version") != VERSION:
-        raise TraceError(f"version must be {VERSION}, got {doc.get('version')!r}")
-    rows = doc.get("rows")
-    if not isinstance(rows, list):
-        raise TraceError(f"rows must be a list, got {rows!r}")
-    return rows
-
-
-def summary_table(rows: list[dict]) -> str:
-    """A fixed-width text table of the rows (one line per row)."""
-    head = ("topology", "GPUs", "bits", "transport", "iter ms", "samples/s", "speedup", "eff",
-            "MB/GPU", "exposed ms", "codec ms")
-    lines = [head]
-    for r in rows:
-        lines.append((r["topology"], str(r["world_size"]), str(r["bits"]), r["transport"],
-                      f"{1e3 * r['iteration_s']:.2f}", f"{r['throughput_samples_s']:.1f}",
-                      f"{r['speedup_vs_fp32']:.2f}x", f"{r['scaling_efficiency']:.2f}",
-                      f"{r['bytes_per_gpu'] / 1e6:.2f}", f"{1e3 * r['exposed_comm_s']:.2f}",
-                      f"{1e3 * r['encode_decode_s']:.2f}"))
-    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
-    return "\n".join("  ".join(c.rjust(w) if i >= 1 else c.ljust(w) for i, (c, w) in enumerate(zip(line, widths)))
-                     for line in lines)
+    return _rows(config, results)

@@ -83,9 +83,12 @@ def draw(result: Mapping[str, Any] | None) -> tuple:
     if not result or not result.get("points"):
         msg = "no points yet"
         return (figures.message_figure(msg, "predicted vs measured"),
-                figures.message_figure(msg, "relative error per size"))
-    return (figures.validation_scatter(result["points"]),
-            figures.validation_error_figure(result["points"]))
+                figures.message_figure(msg, "measured and predicted per size"))
+    import emulator
+
+    return (emulator.figures.validation_scatter(result["points"]),
+            emulator.figures.validation_figure(result["points"], result.get("topology", ""),
+                                               result.get("summary")))
 
 
 def layout(query: Mapping[str, str], ctx) -> Any:

@@ -118,12 +118,16 @@ def draw(results: Mapping[str, Any] | None, metric: str) -> tuple:
         msg = "press Run to start a study"
         return (figures.message_figure(msg, "scaling"), figures.message_figure(msg, "speedup"),
                 figures.message_figure(msg, "breakdown"), figures.message_figure(msg, "timeline"))
-    rows = results["rows"]
+    import emulator
+
+    rows = [emulator.StudyRow.from_dict(r) for r in results["rows"]]
     gantt = results.get("gantt")
-    return (figures.scaling_figure(rows, metric),
-            figures.scaling_figure(rows, "speedup_vs_fp32"),
-            figures.breakdown_figure(rows),
-            figures.gantt_figure(gantt) if gantt else figures.message_figure("no timeline"))
+    return (emulator.figures.scaling_figure(rows, metric),
+            emulator.figures.scaling_figure(rows, "speedup_vs_fp32"),
+            emulator.figures.breakdown_figure(rows),
+            emulator.figures.timeline_figure(emulator.Prediction.from_dict(gantt),
+                                             gantt.get("label", ""))
+            if gantt else figures.message_figure("no timeline"))
 
 
 def _options(ctx) -> tuple[dict[str, list], str]:
@@ -144,6 +148,8 @@ def _options(ctx) -> tuple[dict[str, list], str]:
 
 
 def layout(query: Mapping[str, str], ctx) -> Any:
+    import emulator
+
     opts, problem = _options(ctx)
     q = forms.from_query(query)
     transports_default = opts["transports"]
@@ -207,7 +213,7 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             label("scaling metric", "whatif-metric"),
             dcc.RadioItems(id="whatif-metric", inline=True,
                            value=q.get("metric", DEFAULTS["metric"]),
-                           options=[{"label": figures.SCALING_METRICS[k][0], "value": k}
+                           options=[{"label": emulator.figures.SCALING_METRICS[k][0], "value": k}
                                     for k in ("throughput_samples_s", "iteration_s",
                                               "scaling_efficiency", "bytes_per_gpu")]),
         ], className="row"),

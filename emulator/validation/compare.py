@@ -109,38 +109,10 @@ class ValidationReport:
             raise TraceError(f"{os.fspath(path)}: not JSON: {exc}") from None
 
     def figure(self):
-        """A plotly figure: measured and predicted seconds per size, per op (log-log), and the
-        relative error below. Fitted points are open markers."""
-        from plotly.subplots import make_subplots
-        import plotly.graph_objects as go
+        """Measured and predicted seconds per size (:func:`emulator.figures.validation_figure`)."""
+        from emulator.figures import validation_figure
 
-        fig = make_subplots(rows=2, cols=1, shared_xaxes=True, row_heights=[0.65, 0.35],
-                            vertical_spacing=0.06)
-        colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"]
-        for i, op in enumerate(sorted({p["op"] for p in self.points})):
-            pts = sorted((p for p in self.points if p["op"] == op), key=lambda p: p["bytes"])
-            c = colors[i % len(colors)]
-            x = [p["bytes"] for p in pts]
-            fig.add_trace(go.Scatter(x=x, y=[p["measured_s"] for p in pts], name=f"{op} measured",
-                                     mode="markers", marker=dict(color=c, size=9, symbol=[
-                                         "circle" if p["held_out"] else "circle-open" for p in pts])),
-                          row=1, col=1)
-            fig.add_trace(go.Scatter(x=x, y=[p["predicted_s"] for p in pts], name=f"{op} emulator",
-                                     mode="lines", line=dict(color=c, dash="dash")), row=1, col=1)
-            fig.add_trace(go.Scatter(x=x, y=[p["rel_error"] for p in pts], name=f"{op} error",
-                                     mode="lines+markers", line=dict(color=c), showlegend=False),
-                          row=2, col=1)
-        s = self.summary
-        med = s.get("median_abs_rel_error")
-        title = f"emulator vs measured on {self.topology}"
-        if med is not None:
-            title += f": held-out median |error| {med:.1%}, max {s['max_abs_rel_error']:.1%}"
-        fig.update_layout(title=title, template="plotly_white", height=640)
-        fig.update_xaxes(type="log", title_text="message size (bytes, nccl-tests convention)", row=2, col=1)
-        fig.update_xaxes(type="log", row=1, col=1)
-        fig.update_yaxes(type="log", title_text="time (s)", row=1, col=1)
-        fig.update_yaxes(title_text="(pred - meas) / meas", tickformat=".0%", row=2, col=1)
-        return fig
+        return validation_figure(self.points, self.topology, self.summary)
 
     def write_html(self, path) -> None:
         """Write the figure as a self-contained HTML file (plotly.js inlined, works offline)."""

@@ -97,43 +97,28 @@ def measure_trace(model: str, bits: int, batch_size: int | None, iterations: int
 def run_with(args, trace) -> int:
     """Run the study of ``args`` on ``trace``, write DIR/study.{csv,json}, report.html, print."""
     import emulator
-    from emulator.study import StudyConfig, summary_table, write_csv, write_json
 
-    # Resolve the compute model once, for the rows and the report's timeline alike: for a CPU
-    # trace ComputeModel.for_device measures the host, and measuring it twice (run_study, then
-    # the timeline below) gave the timeline a different scale from the rows it illustrates.
+    # One compute model for the rows and the report's timeline alike.
     compute = emulator.ComputeModel.for_device(args.device, trace)
-    cfg = StudyConfig(trace=trace, world_sizes=args.world_sizes, bits=args.bits,
-                      transports=args.transports,
-                      topologies=tuple(args.topology or ("cluster:dgx_a100x{N}",)),
-                      device=args.device, algorithm=args.algorithm, compute=compute)
-    rows = emulator.run_study(cfg, progress=ProgressBar("study"), workers=args.workers, cluster=args.cluster)
+    cfg = emulator.StudyConfig(trace=trace, world_sizes=args.world_sizes, bits=args.bits,
+                               transports=args.transports,
+                               topologies=tuple(args.topology or ("cluster:dgx_a100x{N}",)),
+                               device=args.device, algorithm=args.algorithm, compute=compute)
+    study = emulator.run_study(cfg, progress=ProgressBar("study"), workers=args.workers,
+                               cluster=args.cluster)
     os.makedirs(args.out, exist_ok=True)
-    write_csv(rows, os.path.join(args.out, "study.csv"))
-    write_json(rows, os.path.join(args.out, "study.json"), cfg)
-    # the timeline of the best QSGD row at the largest world size of the first topology
-    top, big = cfg.topologies[0], max(cfg.world_sizes)
-    cands = [r for r in rows if r["topology"] == top and r["world_size"] == big]
-    # As the comment above says: the best QSGD row (the fastest of all rows was often fp32, so
-    # the timeline showed no codec at all); any row when the grid has no QSGD transport.
-    cands = [r for r in cands if emulator.TRANSPORTS[r["transport"]].compressed] or cands
-    best = min(cands, key=lambda r: r["iteration_s"])
-    from emulator.study import topology_for
-
-    G = topology_for(top, big)
-    pred = emulator.replay(trace, G, transport=best["transport"], world_size=big,
-                           compute=compute,
-                           algorithm=args.algorithm,
-                           bits=best["bits"] if emulator.TRANSPORTS[best["transport"]].compressed else None)
+    study.save_csv(os.path.join(args.out, "study.csv"))
+    study.save_json(os.path.join(args.out, "study.json"))
     report = emulator.write_report(
-        rows, os.path.join(args.out, "report.html"), prediction=pred,
-        title=f"QSGD what-if study: {trace.model}",
-        notes=f"Measured on {trace.device_name} (batch {trace.batch_size}); compute model: "
-              f"{rows[0]['device']}. Speedups are against fp32 allreduce at the same size and topology.")
+        study, os.path.join(args.out, "report.html"), title=f"QSGD what-if study: {trace.model}",
+        notes=f"Measured on {trace.device_name} (batch {trace.batch_size} per GPU); compute "
+              f"model: {study.rows[0].device}. Speedups are against fp32 allreduce at the same "
+              f"size and topology.")
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps([r.to_dict() for r in study.rows], indent=1))
     else:
-        print(summary_table(rows))
+        print(study.table())
+        print("\n" + "\n".join(study.conclusions()))
         print(f"\nwrote {os.path.join(args.out, 'study.csv')}, study.json and {report}")
     return 0
 

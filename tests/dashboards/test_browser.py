@@ -105,7 +105,8 @@ def test_whatif_study_in_two_tabs_with_url_state_and_download(server, page, brow
     fp32 = speed["names"].index(next(n for n in speed["names"] if n.startswith("fp32")))
     assert speed["ys"][fp32] == pytest.approx([1.0, 1.0])
     breakdown = figure(page, "whatif-breakdown")
-    assert breakdown["names"] == ["compute", "exposed communication", "encode/decode"]
+    assert breakdown["names"] == ["compute", "exposed communication",
+                                  "encode/decode (total, partly hidden)"]
     gantt = figure(page, "whatif-gantt")
     assert "collective" in gantt["names"]
 
@@ -193,8 +194,9 @@ def test_validation_report_and_bad_log(server, page, tmp_path):
     fig = wait_figure(page, "validation-scatter", lambda f: "y = x" in f["names"])
     assert set(fig["names"]) == {"allgather", "allreduce", "y = x"}
     assert fig["xaxis"] == "measured time (s)" and fig["yaxis"] == "predicted time (s)"
-    err = figure(page, "validation-errors")
-    assert err["ys"][err["names"].index("allreduce")] == pytest.approx([0.05, -0.05])
+    err = figure(page, "validation-errors")   # measured and predicted per size, and the error
+    assert err["ys"][err["names"].index("allreduce error")] == pytest.approx([0.05, -0.05])
+    assert "allgather measured" in err["names"] and "allreduce emulator" in err["names"]
     assert "median |error| 5.0%" in page.inner_text("#validation-summary")
 
     upload(page, "validation-upload", "garbled.log", b"this is not\nan nccl-tests log\n", "text/plain")

@@ -5,7 +5,7 @@ real Dask cluster, the CSV/JSON writers, the self-contained HTML report, config 
 The trace is hand-made (tests/emulator/test_replay_limits.py: 3 DDP buckets, 4-bit packed
 payloads of exact size, compute 6.3 ms per iteration, batch 8), so every figure below is
 deterministic; the grid is 2 topology specs x world sizes (2, 4) x {fp32, QSGD 8 and 4 bits over
-both transports}: 4 tasks, 20 rows.
+both transports}: 12 tasks (one per topology, size and transport), 20 rows.
 """
 from __future__ import annotations
 
@@ -20,7 +20,8 @@ import emulator
 import qsgd
 from qsgd_emu import cli
 from emulator.compute import ComputeModel
-from emulator.study import COLUMNS, StudyConfig, read_rows, run_study, topology_for, write_csv, write_json
+from emulator import Study, StudyConfig, read_study, run_study, topology_for
+from emulator.studyresult import COLUMNS, write_csv, write_json
 from tests.emulator.test_replay_limits import BUCKETS, chunk_payloads, make_trace
 
 TRACE = make_trace()
@@ -37,8 +38,13 @@ def grid(**kw) -> StudyConfig:
 
 
 @pytest.fixture(scope="module")
-def rows() -> list[dict]:
+def study() -> Study:
     return run_study(grid())
+
+
+@pytest.fixture(scope="module")
+def rows(study) -> tuple:
+    return study.rows
 
 
 def expected_bytes_per_gpu(transport: str, bits: int, p: int) -> float:
@@ -69,46 +75,47 @@ def expected_bytes_per_gpu(transport: str, bits: int, p: int) -> float:
 def test_rows_order_and_columns(rows):
     assert len(rows) == len(SPECS) * len(SIZES) * len(COMBOS) == 20
     want = [(s, w, b, t) for s in SPECS for w in SIZES for b, t in COMBOS]
-    assert [(r["topology"], r["world_size"], r["bits"], r["transport"]) for r in rows] == want
+    assert [(r.topology, r.world_size, r.bits, r.transport) for r in rows] == want
     for r in rows:
-        assert tuple(r) == COLUMNS
-        assert r["model"] == "tiny" and r["batch_size"] == 8 and r["device"] == "measured"
-        assert r["algorithm"] == "ring"
+        assert tuple(r.to_dict()) == COLUMNS
+        assert r.model == "tiny" and r.batch_size == 8 and r.device == "measured"
+        assert r.algorithm == "ring"
 
 
 def test_rows_arithmetic(rows):
     for i in range(0, len(rows), len(COMBOS)):
         block = rows[i:i + len(COMBOS)]
         fp32 = block[0]
-        assert fp32["transport"] == "fp32" and fp32["speedup_vs_fp32"] == 1.0
+        assert fp32.transport == "fp32" and fp32.speedup_vs_fp32 == 1.0
+        assert all(r.speedup_vs_fp16 is None for r in block)  # the grid has no fp16
         for r in block:
-            w = r["world_size"]
-            assert r["speedup_vs_fp32"] == pytest.approx(fp32["iteration_s"] / r["iteration_s"], rel=1e-12)
-            assert r["scaling_efficiency"] == pytest.approx(r["compute_s"] / r["iteration_s"], rel=1e-12)
-            assert r["throughput_samples_s"] == pytest.approx(w * 8 / r["iteration_s"], rel=1e-12)
-            assert r["compute_s"] == pytest.approx(6.3e-3, rel=1e-12)
-            assert r["compute_s"] + r["exposed_comm_s"] == pytest.approx(r["iteration_s"], rel=1e-12)
-            assert 0 < r["scaling_efficiency"] <= 1.0
-            if r["transport"] == "fp32":
-                assert r["encode_decode_s"] == 0.0
+            w = r.world_size
+            assert r.speedup_vs_fp32 == pytest.approx(fp32.iteration_s / r.iteration_s, rel=1e-12)
+            assert r.scaling_efficiency == pytest.approx(r.compute_s / r.iteration_s, rel=1e-12)
+            assert r.throughput_samples_s == pytest.approx(w * 8 / r.iteration_s, rel=1e-12)
+            assert r.compute_s == pytest.approx(6.3e-3, rel=1e-12)
+            assert r.compute_s + r.exposed_comm_s == pytest.approx(r.iteration_s, rel=1e-12)
+            assert 0 < r.scaling_efficiency <= 1.0
+            if r.transport == "fp32":
+                assert r.encode_decode_s == 0.0
             else:
                 # mean encode (0.2 + 0.4 ms) + decode (half): 0.9 ms measured at 4 bits; the
                 # 8-bit row scales them by payload bytes
-                if r["bits"] == 4:
-                    assert r["encode_decode_s"] == pytest.approx(0.9e-3, rel=1e-12)
-                    assert r["source"].startswith("measured payloads")
+                if r.bits == 4:
+                    assert r.encode_decode_s == pytest.approx(0.9e-3, rel=1e-12)
+                    assert r.source.startswith("measured payloads")
                 else:
-                    assert r["encode_decode_s"] > 0.9e-3
-                    assert r["source"].startswith("packed payload sizes at 8 bits")
+                    assert r.encode_decode_s > 0.9e-3
+                    assert r.source.startswith("packed payload sizes at 8 bits")
 
 
 def test_bytes_per_gpu_follow_the_payload_sizes(rows):
     for r in rows:
-        want = expected_bytes_per_gpu(r["transport"], r["bits"], r["world_size"])
-        assert r["bytes_per_gpu"] == pytest.approx(want, rel=1e-12), r
+        want = expected_bytes_per_gpu(r.transport, r.bits, r.world_size)
+        assert r.bytes_per_gpu == pytest.approx(want, rel=1e-12), r
     # fewer bits, fewer bytes; all-gather sends (p-1) payloads where the two-phase transport
     # sends 2 (p-1)/p of one: the same at 2 GPUs (up to the chunks' rounding), twice at 4
-    by = {(r["topology"], r["world_size"], r["bits"], r["transport"]): r["bytes_per_gpu"] for r in rows}
+    by = {r.key: r.bytes_per_gpu for r in rows}
     for s in SPECS:
         for t in QSGD_T:
             for w in SIZES:
@@ -120,12 +127,12 @@ def test_bytes_per_gpu_follow_the_payload_sizes(rows):
 def test_rows_match_single_replays(rows):
     """Each row is the replay of its (topology, world size, transport, bits) on its own graph."""
     for r in rows:
-        G = topology_for(r["topology"], r["world_size"])
-        pred = emulator.replay(TRACE, G, transport=r["transport"], world_size=r["world_size"],
+        G = topology_for(r.topology, r.world_size)
+        pred = emulator.replay(TRACE, G, transport=r.transport, world_size=r.world_size,
                                compute=ComputeModel(),
-                               bits=None if r["transport"] == "fp32" else r["bits"])
-        assert r["iteration_s"] == pytest.approx(pred.iteration_s, rel=1e-12)
-        assert r["exposed_comm_s"] == pytest.approx(pred.exposed_comm_s, rel=1e-12, abs=1e-15)
+                               bits=None if r.transport == "fp32" else r.bits)
+        assert r.iteration_s == pytest.approx(pred.iteration_s, rel=1e-12)
+        assert r.exposed_comm_s == pytest.approx(pred.exposed_comm_s, rel=1e-12, abs=1e-15)
 
 
 def test_topology_placeholder_sizes_the_cluster():
@@ -141,9 +148,10 @@ def test_serial_and_two_local_processes_give_the_same_table(rows):
     ticks1, ticks2 = [], []
     serial = run_study(grid(), progress=lambda d, t: ticks1.append((d, t)))
     parallel = run_study(grid(), workers=2, progress=lambda d, t: ticks2.append((d, t)))
-    assert serial == rows
-    assert parallel == serial
-    assert ticks1 == ticks2 == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    assert serial.rows == rows
+    assert parallel.rows == serial.rows
+    assert ticks1 == [(k, 12) for k in range(1, 13)]
+    assert sorted(ticks2) == ticks1
 
 
 @pytest.mark.slow
@@ -158,14 +166,14 @@ def test_a_real_local_dask_cluster_gives_the_same_rows(rows, tmp_path, capsys):
         assert addr.startswith("tcp://")
         ticks = []
         got = run_study(grid(), cluster=addr, progress=lambda d, t: ticks.append(d))
-        assert got == rows and ticks == [1, 2, 3, 4]
+        assert got.rows == rows and ticks == list(range(1, 13))
         trace_path = tmp_path / "trace.json"
         TRACE.save(trace_path)
         out = tmp_path / "study"
         argv = _study_argv(trace_path, out) + ["--cluster", addr, "--json"]
         assert cli.main(argv) == 0
         printed = json.loads(capsys.readouterr().out)
-        assert printed == read_rows(out / "study.json") == _json_rows(rows)
+        assert printed == _json_rows(read_study(out / "study.json").rows) == _json_rows(rows)
 
 
 def test_unreachable_cluster_names_the_address():
@@ -179,39 +187,66 @@ def test_unreachable_cluster_names_the_address():
 
 # ---------------------------------------------------------------- files
 def _json_rows(rows):
-    return json.loads(json.dumps(rows))
+    return json.loads(json.dumps([r.to_dict() for r in rows]))
 
 
-def test_csv_round_trip(rows, tmp_path):
+def test_csv_round_trip(study, rows, tmp_path):
     path = tmp_path / "study.csv"
-    write_csv(rows, path)
+    write_csv(study, path)
     with open(path, newline="") as f:
         reader = csv.DictReader(f)
         assert tuple(reader.fieldnames) == COLUMNS
         back = list(reader)
     assert len(back) == len(rows)
     for r, b in zip(rows, back):
-        for k, v in r.items():
+        for k, v in r.to_dict().items():
+            if v is None:
+                assert b[k] == "", (k, b[k])
+                continue
             kind = type(v)
             assert kind(b[k]) == v, (k, b[k], v)  # floats are written with repr: exact
 
 
-def test_json_round_trip_and_format(rows, tmp_path):
+def test_json_round_trip_and_format(study, tmp_path):
     path = tmp_path / "study.json"
-    cfg = grid()
-    write_json(rows, path, cfg)
+    write_json(study, path)
     doc = json.loads(path.read_text())
-    assert doc["format"] == "qsgd-study" and doc["version"] == 1
+    assert doc["format"] == "qsgd-study" and doc["version"] == 2
     assert doc["config"]["world_sizes"] == [2, 4] and doc["config"]["topologies"] == list(SPECS)
-    assert read_rows(path) == rows
+    assert doc["rows"][doc["best"]] == study.best().to_dict()
+    assert doc["timeline"] == study.prediction(study.best()).to_dict()
+    back = read_study(path)
+    assert back == study and back.rows == study.rows and back.best() == study.best()
     doc["format"] = "something-else"
     path.write_text(json.dumps(doc))
     with pytest.raises(emulator.TraceError, match="format"):
-        read_rows(path)
+        read_study(path)
     doc["format"], doc["version"] = "qsgd-study", 7
     path.write_text(json.dumps(doc))
     with pytest.raises(emulator.TraceError, match="version"):
-        read_rows(path)
+        read_study(path)
+    doc["version"], doc["best"] = 2, 0
+    path.write_text(json.dumps(doc))
+    with pytest.raises(emulator.TraceError, match="best: 0 is not the index"):
+        read_study(path)
+    doc["best"] = study.rows.index(study.best())
+    doc["rows"][3]["iteration_s"] = "fast"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(emulator.TraceError, match=r"rows\[3\]\.iteration_s: 'fast'"):
+        read_study(path)
+
+
+def test_version_1_files_are_still_read(study, tmp_path):
+    """A study.json of format version 1 (rows without topology_name, speedup_vs_fp16, bound)."""
+    old = [{k: v for k, v in r.to_dict().items()
+            if k not in ("topology_name", "speedup_vs_fp16", "bound")} for r in study.rows]
+    path = tmp_path / "v1.json"
+    path.write_text(json.dumps({"format": "qsgd-study", "version": 1, "config": None, "rows": old}))
+    back = read_study(path)
+    assert [r.key for r in back.rows] == [r.key for r in study.rows]
+    for a, b in zip(back.rows, study.rows):
+        assert a.topology_name == a.topology and a.bound == b.bound
+        assert a.iteration_s == b.iteration_s and a.speedup_vs_fp16 is None
 
 
 # ---------------------------------------------------------------- the report
@@ -256,11 +291,9 @@ def plotly_figures(text: str) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def report(rows, tmp_path_factory):
-    G = topology_for("switch:{N}", 4)
-    pred = emulator.replay(TRACE, G, transport="qsgd_allgather", world_size=4, bits=4)
+def report(study, tmp_path_factory):
     path = tmp_path_factory.mktemp("report") / "report.html"
-    assert emulator.write_report(rows, path, prediction=pred, title="Tiny <study>",
+    assert emulator.write_report(study, path, title="Tiny <study>",
                                  notes="notes & things") == str(path)
     return path
 
@@ -279,32 +312,44 @@ def test_report_is_self_contained(report):
     assert "<title>Tiny &lt;study&gt;</title>" in text and "notes &amp; things" in text
 
 
-def test_report_figures_have_the_expected_traces(report, rows):
+def test_report_figures_have_the_expected_traces(report, study, rows):
     figs = plotly_figures(report.read_text(encoding="utf-8"))
     assert len(figs) == 4
-    labels = ["fp32", "qsgd_allgather 8b", "qsgd_scatter_reduce_allgather 8b",
-              "qsgd_allgather 4b", "qsgd_scatter_reduce_allgather 4b"]
-    for fig, col, title in ((figs[0], "throughput_samples_s", "Throughput"),
-                            (figs[1], "speedup_vs_fp32", "Speedup over fp32 allreduce")):
+    labels = ["fp32", "qsgd_allgather 8-bit", "qsgd_scatter_reduce_allgather 8-bit",
+              "qsgd_allgather 4-bit", "qsgd_scatter_reduce_allgather 4-bit"]
+    for fig, col, title in ((figs[0], "throughput_samples_s", "throughput vs GPUs"),
+                            (figs[1], "speedup_vs_fp32", "speedup over fp32 allreduce vs GPUs")):
         assert fig["layout"]["title"]["text"] == title
-        # one panel per topology, one line per (transport, bits) in each
-        assert [t["name"] for t in fig["data"]] == labels * len(SPECS)
-        for k, trace in enumerate(fig["data"]):
-            spec = SPECS[k // len(labels)]
-            bits, transport = COMBOS[k % len(labels)]
+        # one line per (configuration, topology), the x axis ticked at the sizes studied
+        want_names = sorted(f"{label} @ {spec}" for label in labels for spec in SPECS)
+        assert [t["name"] for t in fig["data"]] == want_names
+        assert fig["layout"]["xaxis"]["tickvals"] == list(SIZES)
+        for trace in fig["data"]:
+            label, spec = trace["name"].split(" @ ")
             assert trace["x"] == list(SIZES)
-            want = [r[col] for r in rows if r["topology"] == spec and r["bits"] == bits
-                    and r["transport"] == transport]
+            want = [getattr(r, col) for r in rows if r.topology == spec and r.label == label]
             assert trace["y"] == pytest.approx(want, rel=1e-12)
     bars = figs[2]
     assert [t["name"] for t in bars["data"]] == ["compute", "exposed communication",
                                                  "encode/decode (total, partly hidden)"]
-    big = [r for r in rows if r["world_size"] == 4]
-    assert bars["data"][0]["y"] == pytest.approx([1e3 * r["compute_s"] for r in big])
-    assert bars["data"][1]["y"] == pytest.approx([1e3 * r["exposed_comm_s"] for r in big])
+    big = sorted((r for r in rows if r.world_size == 4), key=lambda r: f"{r.label} @ {r.topology}")
+    assert bars["data"][0]["y"] == pytest.approx([r.compute_s for r in big])
+    assert bars["data"][1]["y"] == pytest.approx([r.exposed_comm_s for r in big])
     timeline = figs[3]
-    assert [t["name"] for t in timeline["data"]] == ["wait", "encode", "collective", "decode"]
+    assert [t["name"] for t in timeline["data"]][:4] == ["waiting for the stream", "encode",
+                                                         "collective", "decode"]
     assert timeline["data"][0]["y"] == ["bucket 0", "bucket 1", "bucket 2"]
+    best = study.best()
+    assert best.compressed and best.world_size == 4 and best.topology == SPECS[0]
+    assert best.label in timeline["layout"]["title"]["text"]
+
+
+def test_report_opens_with_the_conclusions(report, study):
+    text = report.read_text(encoding="utf-8")
+    first = text[:text.index("Plotly.newPlot(")]
+    for line in study.conclusions():
+        assert line.replace("&", "&amp;") in first
+    assert len(study.conclusions()) == len(SPECS) * len(SIZES)
 
 
 def test_report_table_lists_every_row(report, rows):
@@ -315,6 +360,8 @@ def test_report_table_lists_every_row(report, rows):
 
 def test_report_without_rows_is_refused(tmp_path):
     with pytest.raises(emulator.ConfigError, match="rows"):
+        Study(())
+    with pytest.raises(emulator.ConfigError, match="study must be an emulator.Study"):
         emulator.write_report([], tmp_path / "r.html")
 
 
@@ -349,7 +396,7 @@ def test_report_opens_offline_in_a_browser(report):
             browser.close()
     assert errors == []
     assert [u for u in requested if not u.startswith("file:")] == []
-    assert len(names) == 4 and names[2][0] == "compute" and names[3][0] == "wait"
+    assert len(names) == 4 and names[2][0] == "compute" and names[3][0] == "waiting for the stream"
 
 
 # ---------------------------------------------------------------- config errors
@@ -389,27 +436,34 @@ def _study_argv(trace_path, out) -> list[str]:
             "--out", str(out)]
 
 
-def test_study_command_end_to_end(rows, tmp_path, capsys):
+def test_study_command_end_to_end(study, rows, tmp_path, capsys):
     trace_path = tmp_path / "trace.json"
     TRACE.save(trace_path)
     out = tmp_path / "out"
     assert cli.main(_study_argv(trace_path, out)) == 0
     cap = capsys.readouterr()
     # the progress bar goes to stderr, the table to stdout
-    assert "study [" in cap.err and "4/4" in cap.err and "#" * 30 in cap.err
-    assert "4/4" not in cap.out
+    assert "study [" in cap.err and "12/12" in cap.err and "#" * 30 in cap.err
+    assert "12/12" not in cap.out
     lines = cap.out.splitlines()
-    assert lines[0].split()[:4] == ["topology", "GPUs", "bits", "transport"]
-    assert sum(1 for ln in lines if ln.startswith(("switch:{N}", "cluster:dgx_a100x{N}"))) == len(rows)
+    assert lines[0].split()[:5] == ["topology", "GPUs", "batch/GPU", "bits", "transport"]
+    table = [ln for ln in lines if ln.startswith(("switch:", "cluster:dgx_a100x"))
+             and not ln.split()[0].endswith(",")]  # not the conclusions
+    assert len(table) == len(rows)
+    assert {ln.split()[0] for ln in table} == {r.topology_name for r in rows}
+    assert all(ln.split()[2] == "8" for ln in table)       # the batch per GPU is shown
+    assert "eff: scaling efficiency" in cap.out            # the legend
+    for line in study.conclusions():
+        assert line in cap.out
     assert "study.csv" in cap.out and "report.html" in cap.out
-    assert read_rows(out / "study.json") == _json_rows(rows)
+    assert _json_rows(read_study(out / "study.json").rows) == _json_rows(rows)
     with open(out / "study.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == len(rows)
     figs = plotly_figures((out / "report.html").read_text(encoding="utf-8"))
     assert len(figs) == 4  # three study figures and the timeline of the fastest QSGD row
-    fastest = min((r for r in rows if r["topology"] == SPECS[0] and r["world_size"] == 4
-                   and r["transport"] != "fp32"), key=lambda r: r["iteration_s"])
-    assert f"Bucket timeline: {fastest['transport']}, 4 GPUs" in figs[3]["layout"]["title"]["text"]
+    fastest = min((r for r in rows if r.topology == SPECS[0] and r.world_size == 4
+                   and r.transport != "fp32"), key=lambda r: r.iteration_s)
+    assert f"{fastest.label} at 4 GPUs" in figs[3]["layout"]["title"]["text"]
 
 
 @pytest.mark.parametrize("extra, needle", [
@@ -450,11 +504,12 @@ def test_study_command_timeline_uses_the_rows_compute_model(tmp_path, capsys):
     assert cli.main(["study", "--trace", str(trace_path), "--world-sizes", "4", "--bits", "32,4",
                      "--topology", "switch:{N}", "--device", "A100", "--out", str(out)]) == 0
     capsys.readouterr()
-    rows_ = read_rows(out / "study.json")
-    assert rows_[0]["device"] == "A100" and rows_[0]["compute_s"] < 6.3e-3
+    rows_ = read_study(out / "study.json").rows
+    assert rows_[0].device == "A100" and rows_[0].compute_s < 6.3e-3
     timeline = plotly_figures((out / "report.html").read_text(encoding="utf-8"))[3]
-    (line,) = [s for s in timeline["layout"]["shapes"] if s.get("x0") == s.get("x1")]
     # forward + backward = 6.2 of the 6.3 ms of compute, whatever the scale
-    assert line["x0"] == pytest.approx(1e3 * rows_[0]["compute_s"] * 6.2 / 6.3, rel=1e-9)
+    compute = [t for t in timeline["data"] if t["y"] == ["compute"]]
+    fwd, bwd = compute[0]["x"][0], compute[1]["x"][0]
+    assert fwd + bwd == pytest.approx(rows_[0].compute_s * 6.2 / 6.3, rel=1e-9)
     # and the timeline shows a QSGD row (the fastest of them), not fp32
-    assert "Bucket timeline: qsgd_" in timeline["layout"]["title"]["text"]
+    assert "timeline of one iteration: qsgd_" in timeline["layout"]["title"]["text"]

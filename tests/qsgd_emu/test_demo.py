@@ -13,7 +13,8 @@ import qsgd
 from qsgd_emu import cli
 from tests.qsgd_emu.cli_run import run_cli
 from qsgd_emu.commands.demo import DEFAULT_TOPOLOGIES
-from emulator.study import COLUMNS, read_rows
+from emulator import read_study
+from emulator.studyresult import COLUMNS
 from tests.emulator.test_study import plotly_figures
 
 COMBOS = [(32, "fp32"), (4, "qsgd_allgather"), (4, "qsgd_scatter_reduce_allgather")]
@@ -43,30 +44,30 @@ def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
     assert trace.model == "mlp" and trace.batch_size == 4 and trace.num_iterations == 1
     assert trace.config.bits == 4 and trace.device == "cpu" and trace.parameters == 235_146
     assert "measuring mlp (batch 4, 1 iterations, QSGD 4 bits)" in stderr
-    assert "study [" in stderr and "4/4" in stderr
+    assert "study [" in stderr and "12/12" in stderr
 
     # rows: both default presets x (2, 4) GPUs x (fp32, QSGD 4-bit x 2 transports)
-    rows = read_rows(out / "study.json")
+    rows = read_study(out / "study.json").rows
     want = [(t, w, b, tr) for t in DEFAULT_TOPOLOGIES for w in (2, 4) for b, tr in COMBOS]
-    assert [(r["topology"], r["world_size"], r["bits"], r["transport"]) for r in rows] == want
-    assert all(r["model"] == "mlp" and r["batch_size"] == 4 for r in rows)
-    assert all(r["speedup_vs_fp32"] == 1.0 for r in rows if r["transport"] == "fp32")
+    assert [r.key for r in rows] == want
+    assert all(r.model == "mlp" and r.batch_size == 4 for r in rows)
+    assert all(r.speedup_vs_fp32 == 1.0 for r in rows if r.transport == "fp32")
     with open(out / "study.csv", newline="") as f:
         reader = csv.DictReader(f)
         assert tuple(reader.fieldnames) == COLUMNS
         assert [(r["topology"], int(r["world_size"])) for r in reader] == [(t, w) for t, w, _, _ in want]
     # the summary table on stdout: a header and one line per row, then where the files went
     lines = stdout.splitlines()
-    assert lines[0].split()[:4] == ["topology", "GPUs", "bits", "transport"]
-    table = [ln for ln in lines if ln.startswith("cluster:")]
+    assert lines[0].split()[:5] == ["topology", "GPUs", "batch/GPU", "bits", "transport"]
+    table = [ln for ln in lines if ln.startswith("cluster:") and not ln.split()[0].endswith(",")]
     assert len(table) == len(rows)
-    assert table[0].split()[:4] == ["cluster:dgx_a100x{N}", "2", "32", "fp32"]
-    assert f"{rows[0]['speedup_vs_fp32']:.2f}x" in table[0]
+    assert table[0].split()[:5] == ["cluster:dgx_a100x1", "2", "4", "32", "fp32"]
+    assert f"{rows[0].speedup_vs_fp32:.2f}x" in table[0]
     assert str(out / "report.html") in stdout
     # the report: three study figures and a bucket timeline
     figs = plotly_figures((out / "report.html").read_text(encoding="utf-8"))
     assert len(figs) == 4
-    assert "Bucket timeline: qsgd_" in figs[3]["layout"]["title"]["text"]
+    assert "timeline of one iteration: qsgd_" in figs[3]["layout"]["title"]["text"]
 
 
 def test_demo_with_a_saved_trace_skips_measuring_and_prints_json(tmp_path):
@@ -80,7 +81,7 @@ def test_demo_with_a_saved_trace_skips_measuring_and_prints_json(tmp_path):
     assert code == 0, stderr
     assert "measuring" not in stderr
     printed = json.loads(stdout)
-    assert printed == read_rows(out / "study.json")
+    assert printed == [r.to_dict() for r in read_study(out / "study.json").rows]
     assert [(r["topology"], r["world_size"], r["transport"]) for r in printed] == [
         ("switch:{N}", 2, t) for _, t in COMBOS]
     assert all(r["model"] == "tiny" for r in printed)
