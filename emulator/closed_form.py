@@ -39,6 +39,7 @@ import numpy as np
 from .collectives import ALGORITHMS, OPS, split
 from .collectives.compressed import _payloads
 from .errors import ConfigError
+from ._checks import is_int
 
 __all__ = ["closed_form", "MODELS"]
 
@@ -268,7 +269,7 @@ MODELS: dict[tuple[str, str], Callable[[_Args], float]] = {
 
 
 def _int(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ConfigError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value)
 
@@ -328,7 +329,7 @@ def closed_form(op: str, algorithm: str, p: int, nbytes: int, alpha: float, beta
         algos = sorted(al for o, al in ALGORITHMS if o == op)
         raise ConfigError(f"algorithm={algorithm!r} is not known for op={op!r}; known: {algos}")
     p = _int("p", p, 1)
-    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes <= 0:
+    if not is_int(nbytes) or nbytes <= 0:
         raise ConfigError(f"nbytes={nbytes!r} must be an integer number of bytes > 0")
     alpha = _real("alpha", alpha, positive=False, unit="seconds")
     beta = _real("beta", beta, positive=True, unit="s/byte")

@@ -12,8 +12,8 @@ seconds of another device:
 * encode and decode are a few passes over the gradient, memory bound, so they scale with the
   ratio of memory bandwidth (measured copy bandwidth on a CPU).
 
-Peak figures are vendor datasheet numbers collected in shared/REFERENCES.md ("Hardware
-figures"); the ``source`` of each :class:`Device` says which datasheet.
+Peak figures are vendor datasheet numbers, tabulated in docs/gpus.md; the ``source`` of each
+:class:`Device` says which datasheet.
 """
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 
 from emulator.errors import ConfigError
+from ._checks import is_number
 
 TB = 1e12
 
@@ -60,7 +61,7 @@ class Device:
 
 DTYPES = ("fp32", "bf16")
 
-#: Target devices. Figures: vendor datasheets as listed in shared/REFERENCES.md.
+#: Target devices. Figures: vendor datasheets (docs/gpus.md).
 DEVICES: dict[str, Device] = {
     # One GK210 (half a K80 board): 8.73 TFLOP/s board boost / 2; 480 GB/s board / 2.
     "K80": Device("K80", 4.37e12, None, 240e9, "NVIDIA Tesla K80 datasheet (per GK210 GPU: board/2)"),
@@ -73,7 +74,7 @@ DEVICES: dict[str, Device] = {
 
 
 def _positive(name: str, value) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+    if not is_number(value) or not math.isfinite(value) or value <= 0:
         raise ConfigError(f"{name} must be a finite number > 0, got {value!r}")
     return float(value)
 
@@ -81,7 +82,7 @@ def _positive(name: str, value) -> float:
 def _seconds(name: str, value) -> float | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+    if not is_number(value) or not math.isfinite(value) or value < 0:
         raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
     return float(value)
 
@@ -104,6 +105,17 @@ class ComputeModel:
         Name of the target device (a :data:`DEVICES` key or "custom").
     source : str
         How the scales were obtained (reported in study rows).
+
+    Examples
+    --------
+    A CPU that reaches 100 GFLOP/s and copies at 10 GB/s, standing in for an A100:
+
+    >>> import emulator, qsgd
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="cpu", seed=0)
+    >>> m = emulator.ComputeModel.for_device("A100", trace, host_flops=100e9, host_bandwidth=10e9)
+    >>> round(m.compute_scale, 6), round(m.codec_scale, 6), m.device
+    (0.005128, 0.005, 'A100')
     """
 
     compute_scale: float = 1.0
@@ -117,7 +129,7 @@ class ComputeModel:
     def __post_init__(self):
         for name in ("compute_scale", "codec_scale"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if not is_number(v) or not math.isfinite(v) or v < 0:
                 raise ConfigError(f"ComputeModel.{name} must be a finite number >= 0, got {v!r}")
         for name in ("forward_s", "backward_s", "optimizer_s"):
             _seconds(f"ComputeModel.{name}", getattr(self, name))

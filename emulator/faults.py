@@ -9,6 +9,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import ConfigError, SimulationError
+from ._checks import is_int, is_number
 
 
 class Fault:
@@ -38,7 +39,7 @@ class DegradedLink(Fault):
 
     def __post_init__(self):
         f = self.factor
-        if isinstance(f, bool) or not isinstance(f, (int, float)) or not (0 < f <= 1):
+        if not is_number(f) or not (0 < f <= 1):
             raise ConfigError(f"DegradedLink: factor={f!r} must be in (0, 1]")
 
     def apply(self, G) -> None:
@@ -71,10 +72,10 @@ class Straggler(Fault):
     delay_s: float
 
     def __post_init__(self):
-        if isinstance(self.rank, bool) or not isinstance(self.rank, int) or self.rank < 0:
+        if not is_int(self.rank) or self.rank < 0:
             raise ConfigError(f"Straggler: rank={self.rank!r} must be an int >= 0")
         d = self.delay_s
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not math.isfinite(d) or d < 0:
+        if not is_number(d) or not math.isfinite(d) or d < 0:
             raise ConfigError(f"Straggler: delay_s={d!r} must be a finite number of seconds >= 0")
 
     def start_delay(self) -> dict:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from emulator.collectives import ALGORITHMS, build_schedule
 from emulator.engine import simulate
 from emulator.errors import ConfigError
+from ._checks import is_int
 
 __all__ = ["Network"]
 
@@ -32,7 +33,7 @@ class Network:
         n = len(topologies.gpus(G))
         if world_size is None:
             world_size = n
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or not 1 <= world_size <= n:
+        if not is_int(world_size) or not 1 <= world_size <= n:
             raise ConfigError(f"world_size must be an int in [1, {n}] (GPUs of the topology), "
                               f"got {world_size!r}")
         if not isinstance(algorithm, str) or not algorithm:

@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass, field
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import Network
+from ._checks import is_int
 
 FP32_BYTES = 4
 
@@ -147,7 +148,7 @@ def _qsgd_config(trace, bits: int | None):
     cfg = trace.config
     if bits is None or bits == cfg.bits:
         return cfg, "measured payloads"
-    if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= 16:
+    if not is_int(bits) or not 2 <= bits <= 16:
         raise ConfigError(f"bits must be an int in [2, 16] for a QSGD transport, got {bits!r}")
     new = qsgd.QSGDConfig.from_bits(bits, bucket_size=cfg.bucket_size, norm=cfg.norm, codec="packed")
     return new, (f"packed payload sizes at {bits} bits (exact, qsgd.payload_nbytes); "

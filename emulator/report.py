@@ -52,10 +52,15 @@ def write_report(study: Study, path: str | os.PathLike, *, title: str = "QSGD wh
 
     Examples
     --------
-    >>> import emulator, tempfile, os
-    >>> study = emulator.run_study(emulator.StudyConfig(  # doctest: +SKIP
-    ...     trace=trace, world_sizes=(8, 64)))
-    >>> emulator.write_report(study, os.path.join(tempfile.mkdtemp(), "r.html"))  # doctest: +SKIP
+    >>> import os, tempfile, emulator, qsgd
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="cpu", seed=0)
+    >>> study = emulator.run_study(emulator.StudyConfig(trace=trace, world_sizes=(4,),
+    ...                                                 topologies=("switch:{n}",)))
+    >>> path = emulator.write_report(study, os.path.join(tempfile.mkdtemp(), "r.html"))
+    >>> html = open(path, encoding="utf-8").read()
+    >>> html.count("Plotly.newPlot("), study.conclusions()[0].split(":")[0] in html
+    (4, True)
     """
     import plotly.io as pio
 

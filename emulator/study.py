@@ -6,12 +6,6 @@ tasks run in this process, in local processes (``workers``) or on a Dask cluster
 (``cluster``, :mod:`emulator.distributed`). :func:`run_study` returns a
 :class:`~emulator.Study` whose rows are in a fixed order whatever ran them, so the three give
 identical tables; :mod:`emulator.studyresult` documents the columns and their units.
-
->>> import emulator, qsgd  # doctest: +SKIP
->>> study = emulator.run_study(emulator.StudyConfig(trace=qsgd.PayloadTrace.load("t.json"),
-...                            world_sizes=(8, 64), topologies=("cluster:dgx_a100x{N}",)))
->>> study.best().label, study.best().speedup_vs_fp32  # doctest: +SKIP
-('qsgd_allgather 4-bit', 1.8)
 """
 from __future__ import annotations
 
@@ -24,6 +18,7 @@ from emulator.errors import ConfigError
 from emulator.network import Network
 from emulator.replaying import TRANSPORTS, replay
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
+from ._checks import is_int
 
 DENSE_BITS = {"fp32": 32, "fp16": 16}
 
@@ -78,10 +73,10 @@ class StudyConfig:
                 raise ConfigError(f"StudyConfig.{name} must not be empty")
             object.__setattr__(self, name, v)
         for w in self.world_sizes:
-            if isinstance(w, bool) or not isinstance(w, int) or w < 1:
+            if not is_int(w) or w < 1:
                 raise ConfigError(f"StudyConfig.world_sizes: {w!r} is not an int >= 1")
         for b in self.bits:
-            if isinstance(b, bool) or not isinstance(b, int) or not (b == 32 or 2 <= b <= 16):
+            if not is_int(b) or not (b == 32 or 2 <= b <= 16):
                 raise ConfigError(f"StudyConfig.bits: {b!r} is not 32 or an int in [2, 16]")
         for t in self.transports:
             if t not in TRANSPORTS:
@@ -122,6 +117,14 @@ def topology_for(spec: str, world_size: int):
 
     Placeholders: ``{n}`` is the GPU count itself (``"switch:{n}"``), ``{N}`` the number of
     machines a cluster spec needs for it (``"cluster:dgx_a100x{N}"``).
+
+    Examples
+    --------
+    >>> import emulator
+    >>> emulator.topology_for("cluster:dgx_a100x{N}", 12).graph["name"]   # 2 machines of 8
+    'cluster:dgx_a100x2'
+    >>> emulator.topology_for("switch:{n}", 12).graph["name"]
+    'switch:12'
     """
     import topologies
 
@@ -220,8 +223,26 @@ def run_study(config: StudyConfig, *, progress: Callable[[int, int], None] | Non
     -------
     Study
         Rows in a fixed order whatever ran them, each with its replayed timeline.
+
+    Examples
+    --------
+    A small MLP measured on this CPU, replayed on 4 and 8 GPUs behind one 1 Gbit/s switch
+    (times depend on this CPU; bytes do not):
+
+    >>> import emulator, qsgd
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="cpu", seed=0)
+    >>> study = emulator.run_study(emulator.StudyConfig(
+    ...     trace=trace, world_sizes=(4, 8), bits=(32, 4), transports=("fp32", "qsgd_allgather"),
+    ...     topologies=("switch:{n},bw=1Gbit",)))
+    >>> [(r.world_size, r.label) for r in study.rows]
+    [(4, 'fp32'), (4, 'qsgd_allgather 4-bit'), (8, 'fp32'), (8, 'qsgd_allgather 4-bit')]
+    >>> [round(r.bytes_per_gpu / 1e6, 3) for r in study.rows]     # MB each GPU sends
+    [1.411, 0.376, 1.646, 0.877]
+    >>> study.best().label, study.best().world_size   # the fastest QSGD row at the largest size
+    ('qsgd_allgather 4-bit', 8)
     """
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+    if not is_int(workers) or workers < 1:
         raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
     if config.compute is None:
         import dataclasses

@@ -15,10 +15,10 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
-import math
 import os
 from dataclasses import dataclass, field, fields
 
+from emulator._checks import integer, number, required, save_json, text
 from emulator.errors import ConfigError, TraceError
 from emulator.replaying import TRANSPORTS, Prediction
 
@@ -118,21 +118,16 @@ class StudyRow:
             raise TraceError(f"{where}: {d!r} is not an object")
         values = {}
         for f in fields(cls):
-            if f.name not in d:
-                raise TraceError(f"{where}.{f.name}: missing")
-            v = d[f.name]
-            if f.type in ("int",):
-                ok = isinstance(v, int) and not isinstance(v, bool)
-            elif f.type in ("float",):
-                ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+            v = required(d, f.name, f"{where}.")
+            path = f"{where}.{f.name}"
+            if f.type == "int":
+                values[f.name] = integer(v, path)
+            elif f.type == "float":
+                values[f.name] = number(v, path)
             elif f.type == "float | None":
-                ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
-                                   and math.isfinite(v))
+                values[f.name] = None if v is None else number(v, path)
             else:
-                ok = isinstance(v, str)
-            if not ok:
-                raise TraceError(f"{where}.{f.name}: {v!r} is not a valid {f.type}")
-            values[f.name] = v
+                values[f.name] = text(v, path)
         if values["transport"] not in TRANSPORTS:
             raise TraceError(f"{where}.transport: {values['transport']!r} is not one of "
                              f"{sorted(TRANSPORTS)}")
@@ -235,28 +230,14 @@ class Study:
 
 
 # ---------------------------------------------------------------- files
-def _atomic_write(path, write) -> None:
-    """Write through a temporary file in the same folder and rename it into place."""
-    path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "w", newline="", encoding="utf-8") as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
 def write_csv(study: Study, path: str | os.PathLike) -> None:
-    """Write the rows as CSV with :data:`COLUMNS` (floats with full precision)."""
-    def write(f):
+    """Write the rows as CSV with :data:`COLUMNS` (floats with full precision, None empty)."""
+    with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS))
         w.writeheader()
         for r in study.rows:
             w.writerow({k: (repr(v) if isinstance(v, float) else "" if v is None else v)
                         for k, v in r.to_dict().items()})
-    _atomic_write(path, write)
 
 
 def write_json(study: Study, path: str | os.PathLike) -> None:
@@ -270,7 +251,7 @@ def write_json(study: Study, path: str | os.PathLike) -> None:
     doc = {"format": FORMAT, "version": VERSION, "config": study.config,
            "rows": [r.to_dict() for r in study.rows], "best": study.rows.index(best),
            "timeline": None if pred is None else pred.to_dict()}
-    _atomic_write(path, lambda f: json.dump(doc, f, indent=1))
+    save_json(doc, path)
 
 
 def _upgrade_v1(rows: list) -> list:
@@ -296,7 +277,19 @@ def _upgrade_v1(rows: list) -> list:
 
 
 def read_study(path: str | os.PathLike) -> Study:
-    """The :class:`Study` of a ``study.json`` (version 1 or 2); errors name the bad field."""
+    """The :class:`Study` of a ``study.json`` (version 1 or 2); errors name the bad field.
+
+    Examples
+    --------
+    >>> import json, os, tempfile, emulator
+    >>> path = os.path.join(tempfile.mkdtemp(), "study.json")
+    >>> with open(path, "w") as f:
+    ...     json.dump({"format": "qsgd-study", "version": 2, "rows": [{"world_size": "8"}]}, f)
+    >>> emulator.read_study(path)
+    Traceback (most recent call last):
+    ...
+    emulator.errors.TraceError: rows[0].topology: missing
+    """
     try:
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)

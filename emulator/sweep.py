@@ -24,6 +24,7 @@ import math
 import numbers
 
 from .errors import ConfigError
+from ._checks import is_int, is_number
 
 __all__ = ["size_sweep", "sweep_sizes", "nccl_size", "dtype_info", "DTYPES", "REDOPS", "MAX_ROWS"]
 
@@ -53,7 +54,7 @@ MAX_ROWS = 1000
 
 
 def _int_field(name: str, value, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
+    if not is_int(value) or value < minimum:
         raise ConfigError(f"{name}={value!r} must be an integer >= {minimum}")
     return int(value)
 
@@ -93,7 +94,7 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: float = 2) -> list[int]:
     hi = _int_field("max_bytes", max_bytes, 1)
     if hi < lo:
         raise ConfigError(f"max_bytes={max_bytes!r} must be >= min_bytes={min_bytes!r}")
-    if (isinstance(factor, bool) or not isinstance(factor, numbers.Real)
+    if (not is_number(factor)
             or not math.isfinite(factor) or factor <= 1):
         raise ConfigError(f"factor={factor!r} must be a finite number > 1")
     out, size = [], lo
@@ -171,6 +172,19 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
     ------
     ConfigError
         A field is not valid; the message names it and its value.
+
+    Examples
+    --------
+    On a ring of 10 GB/s links the busbw of a large allreduce approaches the link bandwidth:
+
+    >>> import emulator, topologies
+    >>> G = topologies.from_spec("ring:8,bw=10GB/s,lat=1us")
+    >>> rows = emulator.size_sweep(G, "allreduce", "ring", min_bytes=1 << 20, max_bytes=1 << 26,
+    ...                            factor=8)
+    >>> [r["size"] for r in rows]
+    [1048576, 8388608, 67108864]
+    >>> [round(r["busbw"] / 1e9, 2) for r in rows]
+    [9.29, 9.91, 9.99]
     """
     from .collectives import ALGORITHMS, busbw_factor, build_schedule
     from .engine import simulate

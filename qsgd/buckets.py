@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from qsgd.errors import ConfigError
+from ._checks import is_int
 
 #: DDP's defaults: ``bucket_cap_mb=25`` (MiB) and ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``.
 DEFAULT_BUCKET_CAP_BYTES = 25 * 2**20
@@ -94,7 +95,7 @@ class BucketSpec:
 
 
 def _check_bytes(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise ConfigError(f"{name} must be an int number of bytes >= 1, got {value!r}")
     return value
 
@@ -154,6 +155,17 @@ def ddp_buckets(model: nn.Module, bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYT
     -------
     list of BucketSpec
         Bucket ``i`` is the ``i``-th DDP reduces (``GradBucket.index() == i``).
+
+    Examples
+    --------
+    The MLP's 235,146 fp32 gradients in 200 KB buckets after a 100 KB first one, filled in
+    reverse registration order (a bucket closes once it is over its cap):
+
+    >>> import qsgd
+    >>> buckets = qsgd.ddp_buckets(qsgd.build_model("mlp"), bucket_cap_bytes=200_000,
+    ...                            first_bucket_bytes=100_000)
+    >>> [b.numel for b in buckets], sum(b.numel for b in buckets)
+    ([34186, 200960], 235146)
     """
     _check_bytes("bucket_cap_bytes", bucket_cap_bytes)
     _check_bytes("first_bucket_bytes", first_bucket_bytes)

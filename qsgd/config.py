@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from qsgd.errors import ConfigError
+from ._checks import is_int
 
 #: norms a bucket can be scaled by -> wire code. ``"l2"`` is the paper's theory (Lemma 3.1);
 #: ``"max"`` is the variant of its experiments (later called QSGDinf), no sparsity guarantee.
@@ -27,7 +28,7 @@ MAX_BUCKET_SIZE = 2**31 - 1
 
 def _check_int(name: str, value, low: int, high: int) -> None:
     # bool is an int subclass; True levels is a bug, not 1.
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise ConfigError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
     if not low <= value <= high:
         raise ConfigError(f"{name} must be in [{low}, {high}], got {value!r}")
@@ -49,6 +50,17 @@ class QSGDConfig:
         The bucket's scale: its largest absolute value, or its Euclidean norm.
     codec : {"packed", "elias"}
         The wire coding of the levels.
+
+    Examples
+    --------
+    >>> import qsgd
+    >>> cfg = qsgd.QSGDConfig.from_bits(4, bucket_size=512)
+    >>> cfg.levels, cfg.bits, cfg.norm, cfg.codec
+    (7, 4, 'max', 'packed')
+    >>> qsgd.QSGDConfig(levels=0)
+    Traceback (most recent call last):
+    ...
+    qsgd.errors.ConfigError: levels must be in [1, 32767], got 0
     """
 
     levels: int = 7

@@ -21,6 +21,7 @@ from qsgd import _kernels, wire
 from qsgd.config import QSGDConfig
 from qsgd.errors import PayloadError
 from qsgd.quantizer import quantize_numba, quantize_torch
+from ._checks import is_int
 
 #: buckets written per parallel chunk (each bucket is >= 33 bits, so chunks never share a byte
 #: with anything but their two neighbours' edge bytes).
@@ -29,7 +30,7 @@ CHUNK_BUCKETS = 64
 
 def omega_bits(k: int) -> str:
     """The Elias omega code of ``k >= 1`` as a string of '0'/'1' (the reference)."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+    if not is_int(k) or k < 1:
         raise ValueError(f"k must be an int >= 1, got {k!r}")
     code = "0"
     while k > 1:

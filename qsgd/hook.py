@@ -44,6 +44,7 @@ import torch.distributed as dist
 from qsgd.codec import decode, encode, payload_nbytes
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, HookError
+from ._checks import is_int, is_number
 
 #: transport name -> bucket function ``(state, flat, bucket, raw) -> (mean, own decoded, raw
 #: mean or None)`` (filled below).
@@ -113,11 +114,11 @@ class QSGDState:
         if transport not in TRANSPORTS:
             raise ConfigError(f"transport: expected one of {sorted(TRANSPORTS)}, got {transport!r}")
         for name, value in (("min_numel", min_numel), ("warmup_steps", warmup_steps), ("seed", seed)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ConfigError(f"{name}: expected an int >= 0, got {value!r}")
         if not isinstance(error_feedback, bool):
             raise ConfigError(f"error_feedback: expected a bool, got {error_feedback!r}")
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) \
+        if not is_number(timeout_s) \
                 or not math.isfinite(timeout_s) or timeout_s <= 0:
             raise ConfigError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
         self.config = config
@@ -171,7 +172,7 @@ class QSGDState:
                 raise HookError(f"state_dict: field {key!r} is {sd[key]!r} in the checkpoint but "
                                 f"{mine[key]!r} in this QSGDState")
         step = sd.get("step")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        if not is_int(step) or step < 0:
             raise HookError(f"state_dict: field 'step' must be an int >= 0, got {step!r}")
         self.step = step
         self.residuals = {int(k): v.clone() for k, v in sd.get("residuals", {}).items()}

@@ -31,6 +31,7 @@ from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError
 from qsgd.models import build_model, forward_flops, model_name
 from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
+from ._checks import is_int
 
 #: bucket order -> how :func:`ddp_buckets` is called (see :mod:`qsgd.buckets`).
 BUCKET_ORDERS: dict[str, dict] = {
@@ -103,7 +104,7 @@ def _default_loss(output: torch.Tensor, generator: torch.Generator) -> torch.Ten
 
 
 def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int(value) or value < low:
         raise ConfigError(f"{name} must be an int >= {low}, got {value!r}")
     return value
 
@@ -155,6 +156,17 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     PayloadTrace
         With ``bucket_assignment`` saying which order was used and ``forward_flops`` (per
         sample) where the model's forward can run on the meta device.
+
+    Examples
+    --------
+    >>> import qsgd
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="cpu", seed=0)
+    >>> trace.parameters, trace.num_iterations, trace.buckets[0].numel == 235146
+    (235146, 1, True)
+    >>> trace.mean_payload_bytes(0) == qsgd.payload_nbytes(trace.buckets[0].compressed_numel,
+    ...                                                    trace.config)
+    True
     """
     if not isinstance(cfg, QSGDConfig):
         raise ConfigError(f"cfg must be a QSGDConfig, got {type(cfg).__name__}")
@@ -178,7 +190,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         raise ConfigError(f"model must be an nn.Module or a model name, got {type(model).__name__}")
     if input_shape is None:
         input_shape = getattr(model, "input_shape", None)
-    if not input_shape or any(isinstance(n, bool) or not isinstance(n, int) or n < 1 for n in input_shape):
+    if not input_shape or any(not is_int(n) or n < 1 for n in input_shape):
         raise ConfigError(f"input_shape must be a tuple of ints >= 1 for model {name!r} "
                           f"(it has no input_shape of its own), got {input_shape!r}")
     input_shape = tuple(input_shape)

@@ -31,6 +31,7 @@ The recipe (every operation on unsigned 32-bit words unless said otherwise):
 from __future__ import annotations
 
 import torch
+from ._checks import is_int
 
 MASK32 = 0xFFFFFFFF
 MASK64 = 0xFFFFFFFFFFFFFFFF
@@ -49,7 +50,7 @@ def _splitmix64(z: int) -> int:
 
 
 def _check_counter(name: str, value) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         try:
             import numpy as np
 

@@ -19,6 +19,7 @@ from typing import Mapping
 
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, TraceError
+from ._checks import is_number
 
 FORMAT = "qsgd-payload-trace"
 VERSION = 1
@@ -45,7 +46,7 @@ def _int(d: Mapping, key: str, path: str, low: int = 0) -> int:
 
 def _seconds(d: Mapping, key: str, path: str) -> float:
     v = _get(d, key, path)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    if not is_number(v) or not math.isfinite(v) or v < 0:
         raise TraceError(f"{_join(path, key)} must be a finite number of seconds >= 0, got {v!r}")
     return float(v)
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from emulator.validation import CollectivePoint, MeasuredTrace, TrainingPoint
 
 from .errors import ConfigError
+from ._checks import is_int
 
 __all__ = ["HarnessConfig", "sizes", "run", "sweep_collective", "time_training"]
 
@@ -89,11 +90,11 @@ class HarnessConfig:
         for name in ("min_bytes", "max_bytes", "iters", "width", "depth", "batch_size",
                      "train_steps", "bucket_size"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_int(v) or v < 1:
                 raise ConfigError(f"{name} {v!r} must be a positive integer")
         for name in ("warmup", "train_warmup"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_int(v) or v < 0:
                 raise ConfigError(f"{name} {v!r} must be an integer >= 0")
         if self.max_bytes < self.min_bytes:
             raise ConfigError(f"max_bytes {self.max_bytes} is below min_bytes {self.min_bytes}")

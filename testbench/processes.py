@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from .errors import ConfigError
+from ._checks import is_int
 
 __all__ = ["RankResult", "free_port", "kill_group", "run_local_ranks"]
 
@@ -67,7 +68,7 @@ def run_local_ranks(argv: list[str], world_size: int, *, timeout_s: float,
     echo_rank0 : callable, optional
         Called with rank 0's stderr once it has finished (progress for the user).
     """
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if not is_int(world_size) or world_size < 1:
         raise ConfigError(f"world_size={world_size!r} must be an int >= 1")
     if not timeout_s > 0:
         raise ConfigError(f"timeout_s={timeout_s!r} must be > 0 seconds")

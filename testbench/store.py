@@ -20,7 +20,6 @@ from __future__ import annotations
 import csv
 import json
 import math
-import numbers
 import os
 import sqlite3
 import threading
@@ -29,6 +28,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from .errors import StoreError
+from ._checks import is_int, is_number
 
 SCHEMA_VERSION = 1
 
@@ -101,7 +101,7 @@ def _dumps(value: Any, where: str) -> str:
 
 
 def _check_int(name: str, value, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_int(value):
         raise StoreError(f"{name}: expected an integer, got {value!r}")
     if value < low:
         raise StoreError(f"{name}: must be >= {low}, got {value}")
@@ -283,7 +283,7 @@ class RunStore:
         text = _dumps(metrics, "metrics")
         if time_s is None:
             time_s = time.time()
-        elif isinstance(time_s, bool) or not isinstance(time_s, (int, float)) or not math.isfinite(time_s):
+        elif not is_number(time_s) or not math.isfinite(time_s):
             raise StoreError(f"time_s: expected a finite number of seconds, got {time_s!r}")
 
         def write(conn):
@@ -370,7 +370,7 @@ class RunStore:
         seen returns only what is new.
         """
         rid = _check_int("run_id", run_id, 1)
-        if isinstance(after_step, bool) or not isinstance(after_step, int):
+        if not is_int(after_step):
             raise StoreError(f"after_step: expected an integer, got {after_step!r}")
         rows = self._read("SELECT step, time_s, metrics FROM steps WHERE run_id = ? AND step > ? "
                           "ORDER BY step", (rid, after_step))

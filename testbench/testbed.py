@@ -35,6 +35,7 @@ from dataclasses import dataclass
 
 from .errors import ConfigError, TestbedError
 from .processes import RankResult, kill_group
+from ._checks import is_int
 
 __all__ = ["TestbedConfig", "Testbed", "RankResult", "TestbedError", "available", "cleanup_stale"]
 
@@ -88,7 +89,7 @@ class TestbedConfig:
     shape_ingress: bool = True
 
     def __post_init__(self):
-        if isinstance(self.hosts, bool) or not isinstance(self.hosts, int) or not 1 <= self.hosts <= 200:
+        if not is_int(self.hosts) or not 1 <= self.hosts <= 200:
             raise ConfigError(f"hosts {self.hosts!r} must be an integer in 1..200")
         if self.rate is not None and not (isinstance(self.rate, (int, float)) and self.rate > 0):
             raise ConfigError(f"rate {self.rate!r} must be a positive number of bytes/s or None")

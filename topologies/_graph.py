@@ -38,9 +38,19 @@ def add_link(G: nx.Graph, a: str, b: str, bandwidth: float, latency: float, link
     G.add_edge(a, b, bandwidth=float(bandwidth), latency=float(latency), link=link, **attrs)
 
 
+def is_int(value) -> bool:
+    """An integer that is not a bool (``True`` is an ``int`` to Python, never to a user)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A real number that is not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
 def check_int(family: str, name: str, value, minimum: int = 1) -> int:
     """An integer argument >= ``minimum``; the error names the builder and the argument."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+    if not is_int(value):
         raise SpecError(f"{family}: {name}={value!r} must be an integer")
     if value < minimum:
         raise SpecError(f"{family}: {name}={value!r} must be >= {minimum}")
@@ -52,7 +62,7 @@ def check_positive(family: str, name: str, value, *, allow_zero: bool = False) -
     if isinstance(value, str):
         raise SpecError(f"{family}: {name}={value!r} must be a number in SI units "
                         f"(parse strings with parse_bandwidth/parse_time)")
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+    if not is_number(value):
         raise SpecError(f"{family}: {name}={value!r} must be a number")
     value = float(value)
     if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
@@ -82,3 +92,40 @@ def gpus(G: nx.Graph) -> list:
     found = [(d["rank"], n) for n, d in G.nodes(data=True) if d.get("kind") == "gpu"]
     found.sort(key=lambda t: t[0])
     return [n for _, n in found]
+
+
+def peel_leaves(adj: list) -> tuple[list[tuple[int, int]], list[bool]]:
+    """Peel the trees hanging off a graph: repeatedly remove nodes of degree one.
+
+    Parameters
+    ----------
+    adj : list of list of int
+        Neighbour indices of each node (no self-loops).
+
+    Returns
+    -------
+    peeled : list of (node, parent)
+        Nodes in the order they were removed, each with the neighbour it hung from.
+    core : list of bool
+        Which nodes remain (the core; one node when the whole graph is a tree).
+    """
+    n = len(adj)
+    deg = [len(a) for a in adj]
+    core = [True] * n
+    peeled = []
+    remaining = n
+    stack = [i for i in range(n - 1, -1, -1) if deg[i] == 1]
+    while stack and remaining > 1:
+        v = stack.pop()
+        if not core[v] or deg[v] != 1:
+            continue
+        core[v] = False
+        remaining -= 1
+        for u in adj[v]:
+            if core[u]:
+                peeled.append((v, u))
+                deg[u] -= 1
+                if deg[u] == 1:
+                    stack.append(u)
+                break
+    return peeled, core

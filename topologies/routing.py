@@ -28,6 +28,7 @@ from collections import OrderedDict
 
 import networkx as nx
 
+from ._graph import peel_leaves
 from .errors import RoutingError, ValidationError
 
 def _stable_hash(text: str) -> int:
@@ -92,25 +93,10 @@ class Router:
     @staticmethod
     def _peel(adj):
         """Peel trees hanging off the graph: returns (parent, is_core)."""
-        n = len(adj)
-        deg = [len(lst) for lst in adj]
-        parent = [-1] * n
-        core = [True] * n
-        remaining = n
-        stack = [i for i in range(n - 1, -1, -1) if deg[i] == 1]
-        while stack and remaining > 1:
-            v = stack.pop()
-            if not core[v] or deg[v] != 1:
-                continue
-            core[v] = False
-            remaining -= 1
-            for u, _ in adj[v]:
-                if core[u]:
-                    parent[v] = u
-                    deg[u] -= 1
-                    if deg[u] == 1:
-                        stack.append(u)
-                    break
+        peeled, core = peel_leaves([[u for u, _ in lst] for lst in adj])
+        parent = [-1] * len(adj)
+        for v, u in peeled:
+            parent[v] = u
         return parent, core
 
     # -- public API -------------------------------------------------------------------------

@@ -6,7 +6,7 @@ from collections import Counter
 import networkx as nx
 import numpy as np
 
-from ._graph import gpus
+from ._graph import gpus, peel_leaves
 from .errors import ValidationError
 
 #: Largest core (nodes left after peeling hanging trees) searched exhaustively with scipy's
@@ -34,30 +34,16 @@ def diameter(G: nx.Graph) -> int:
         return 0
     index = {v: i for i, v in enumerate(names)}
     adj = [[index[u] for u in G[v] if u != v] for v in names]
-    deg = [len(a) for a in adj]
-    core = [True] * n
+    peeled, core = peel_leaves(adj)
     down1, down2 = [0] * n, [0] * n     # two largest (child height + 1) over peeled children
     local = 0                           # longest path inside one anchor's hanging trees
-    remaining = n
-    stack = [i for i in range(n) if deg[i] == 1]
-    while stack and remaining > 1:
-        v = stack.pop()
-        if not core[v] or deg[v] != 1:
-            continue
-        core[v] = False
-        remaining -= 1
+    for v, u in peeled:                 # children are peeled before their parents
         local = max(local, down1[v] + down2[v])
-        for u in adj[v]:
-            if core[u]:
-                h = down1[v] + 1
-                if h > down1[u]:
-                    down1[u], down2[u] = h, down1[u]
-                elif h > down2[u]:
-                    down2[u] = h
-                deg[u] -= 1
-                if deg[u] == 1:
-                    stack.append(u)
-                break
+        h = down1[v] + 1
+        if h > down1[u]:
+            down1[u], down2[u] = h, down1[u]
+        elif h > down2[u]:
+            down2[u] = h
     kept = [i for i in range(n) if core[i]]
     for u in kept:
         local = max(local, down1[u] + down2[u])

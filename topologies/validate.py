@@ -6,7 +6,7 @@ import numbers
 
 import networkx as nx
 
-from ._graph import KINDS
+from ._graph import KINDS, is_int
 from .errors import ValidationError
 
 
@@ -45,7 +45,7 @@ def validate_topology(G) -> nx.Graph:
             raise ValidationError(f"node {n!r}: kind={kind!r} must be one of {', '.join(KINDS)}")
         if kind == "gpu":
             rank = d.get("rank")
-            if isinstance(rank, bool) or not isinstance(rank, numbers.Integral):
+            if not is_int(rank):
                 raise ValidationError(f"node {n!r}: rank={rank!r} must be an integer")
             if rank in ranks:
                 raise ValidationError(f"node {n!r}: rank={rank} is also the rank of node "

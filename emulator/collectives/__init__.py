@@ -8,13 +8,13 @@ all-to-all, and the total gathered (scattered) bytes for allgather and reduce-sc
 """
 from __future__ import annotations
 
-import numbers
-
+from .._checks import is_int
 from ..errors import ConfigError
 from . import compressed, direct, hierarchical, rhd, ring, tree
 from ._schedule import Route, Schedule, Transfer, check_ranks, split
 
-__all__ = ["Route", "Transfer", "Schedule", "ALGORITHMS", "OPS", "build_schedule", "busbw_factor", "split"]
+__all__ = ["Route", "Transfer", "Schedule", "ALGORITHMS", "OPS", "BUSBW_OPS", "build_schedule",
+           "busbw_factor", "split"]
 
 #: (op, algorithm) -> builder(ranks, nbytes, *, chunks, graph, payload_bytes) -> Schedule
 ALGORITHMS = {
@@ -37,7 +37,7 @@ ALGORITHMS = {
 
 OPS = tuple(sorted({op for op, _ in ALGORITHMS}))
 
-# nccl-tests' bus bandwidth factors (doc/PERFORMANCE.md of NVIDIA/nccl-tests).
+#: nccl-tests' bus bandwidth factors, busbw = algbw * f(p) (doc/PERFORMANCE.md of NVIDIA/nccl-tests).
 _BUSBW = {
     "allreduce": lambda p: 2.0 * (p - 1) / p,
     "reduce_scatter": lambda p: (p - 1) / p,
@@ -48,8 +48,20 @@ _BUSBW = {
 }
 
 
+#: Ops that have a bus bandwidth factor (the nccl-tests ops).
+BUSBW_OPS = ("allreduce", "allgather", "reduce_scatter", "alltoall", "broadcast", "reduce")
+assert set(BUSBW_OPS) == set(_BUSBW)
+
+
 def busbw_factor(op: str, p: int) -> float:
-    """nccl-tests' busbw / algbw factor of ``op`` on ``p`` ranks."""
+    """nccl-tests' busbw / algbw factor of ``op`` on ``p`` ranks.
+
+    Examples
+    --------
+    >>> import emulator
+    >>> emulator.busbw_factor("allreduce", 8), emulator.busbw_factor("allgather", 8)
+    (1.75, 0.875)
+    """
     try:
         f = _BUSBW[op]
     except KeyError:
@@ -77,15 +89,29 @@ def build_schedule(op: str, algorithm: str, ranks, nbytes: int, *, chunks: int =
         Needed by topology-aware algorithms (``hierarchical``); ranks must be in it.
     payload_bytes : sequence of int, optional
         Compressed sizes in bytes per rank (QSGD transports).
+
+    Examples
+    --------
+    A ring allreduce on 4 ranks: 2 (p - 1) steps of one segment per rank, 2 (p - 1)/p of the
+    message sent by each rank.
+
+    >>> import emulator
+    >>> s = emulator.build_schedule("allreduce", "ring", 4, 4_000_000)
+    >>> len(s), s.total_bytes // 4
+    (24, 6000000)
+    >>> emulator.build_schedule("allreduce", "bogus", 4, 1)
+    Traceback (most recent call last):
+    ...
+    emulator.errors.ConfigError: algorithm='bogus' is not known for op='allreduce'; known: [...]
     """
     if (op, algorithm) not in ALGORITHMS:
         algos = sorted(a for o, a in ALGORITHMS if o == op)
         if not algos:
             raise ConfigError(f"op={op!r} is not known; known ops: {list(OPS)}")
         raise ConfigError(f"algorithm={algorithm!r} is not known for op={op!r}; known: {algos}")
-    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes <= 0:
+    if not is_int(nbytes) or nbytes <= 0:
         raise ConfigError(f"nbytes={nbytes!r} must be an integer number of bytes > 0")
-    if isinstance(chunks, bool) or not isinstance(chunks, numbers.Integral) or chunks < 1:
+    if not is_int(chunks) or chunks < 1:
         raise ConfigError(f"chunks={chunks!r} must be an integer >= 1")
     ranks = check_ranks(ranks)
     if graph is not None:

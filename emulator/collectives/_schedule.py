@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from ..errors import ConfigError, ScheduleError
+from .._checks import is_int, is_number
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ class Route:
                 raise ScheduleError(f"Route: via node {node!r} must be a non-empty node id string")
         object.__setattr__(self, "via", via)
         f = self.flow
-        if isinstance(f, bool) or not isinstance(f, numbers.Integral) or f < 0:
+        if not is_int(f) or f < 0:
             raise ScheduleError(f"Route: flow={f!r} must be an integer >= 0")
         object.__setattr__(self, "flow", int(f))
 
@@ -97,20 +98,20 @@ class Transfer:
     def __post_init__(self):
         for name in ("id", "src", "dst", "nbytes", "route"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
+            if not is_int(value) or value < 0:
                 raise ScheduleError(f"Transfer: {name}={value!r} must be a non-negative integer")
         if self.src == self.dst and self.nbytes:
             raise ScheduleError(f"Transfer {self.id}: a local step (src == dst == {self.src}) "
                                 f"must carry 0 bytes, not nbytes={self.nbytes}")
         deps = tuple(self.deps)
         for d in deps:
-            if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+            if not is_int(d):
                 raise ScheduleError(f"Transfer {self.id}: dependency {d!r} must be an int id")
         object.__setattr__(self, "deps", tuple(int(d) for d in deps))
         if not isinstance(self.tag, str):
             raise ScheduleError(f"Transfer {self.id}: tag={self.tag!r} must be a string")
         c = self.compute_s
-        if isinstance(c, bool) or not isinstance(c, numbers.Real) or not np.isfinite(c) or c < 0:
+        if not is_number(c) or not np.isfinite(c) or c < 0:
             raise ScheduleError(f"Transfer {self.id}: compute_s={c!r} must be a finite number "
                                 f"of seconds >= 0")
 
@@ -396,7 +397,7 @@ def check_ranks(ranks) -> tuple:
     if not out:
         raise ConfigError("ranks=[] must name at least one rank")
     for r in out:
-        if isinstance(r, bool) or not isinstance(r, numbers.Integral) or r < 0:
+        if not is_int(r) or r < 0:
             raise ConfigError(f"ranks: {r!r} must be a non-negative integer")
     if len(set(out)) != len(out):
         raise ConfigError(f"ranks={list(out)} contains duplicates")

@@ -16,9 +16,10 @@ from dataclasses import dataclass, field
 
 import networkx as nx
 
+from .._checks import required, number, save_json, text
 from ..errors import TraceError
 from .calibrate import Calibration, calibrate, predict
-from .trace import MeasuredTrace, _get, _num, _str
+from .trace import MeasuredTrace
 from .training import training_rows
 
 __all__ = ["ValidationReport", "compare", "FORMAT", "VERSION"]
@@ -66,21 +67,21 @@ class ValidationReport:
             raise TraceError(f"format: {d.get('format')!r} is not {FORMAT!r}")
         if d.get("version") != VERSION:
             raise TraceError(f"version: {d.get('version')!r} is not supported (expected {VERSION})")
-        points = _get(d, "points", "")
+        points = required(d, "points", "")
         if not isinstance(points, list):
             raise TraceError(f"points: {points!r} is not a list")
         for i, p in enumerate(points):
             path = f"points[{i}]"
             if not isinstance(p, dict):
                 raise TraceError(f"{path}: not an object")
-            _str(_get(p, "op", f"{path}."), f"{path}.op")
-            _num(_get(p, "bytes", f"{path}."), f"{path}.bytes", positive=True)
-            _num(_get(p, "measured_s", f"{path}."), f"{path}.measured_s", positive=True)
-            _num(_get(p, "predicted_s", f"{path}."), f"{path}.predicted_s", positive=True)
-            _num(_get(p, "rel_error", f"{path}."), f"{path}.rel_error")
+            text(required(p, "op", f"{path}."), f"{path}.op")
+            number(required(p, "bytes", f"{path}."), f"{path}.bytes", positive=True)
+            number(required(p, "measured_s", f"{path}."), f"{path}.measured_s", positive=True)
+            number(required(p, "predicted_s", f"{path}."), f"{path}.predicted_s", positive=True)
+            number(required(p, "rel_error", f"{path}."), f"{path}.rel_error")
             if not isinstance(p.get("held_out", True), bool):
                 raise TraceError(f"{path}.held_out: {p['held_out']!r} is not true/false")
-        summary = _get(d, "summary", "")
+        summary = required(d, "summary", "")
         if not isinstance(summary, dict):
             raise TraceError(f"summary: {summary!r} is not an object")
         cal = d.get("calibration", {})
@@ -94,11 +95,8 @@ class ValidationReport:
                    extra={k: v for k, v in d.items() if k not in known})
 
     def save(self, path) -> None:
-        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
+        """Write JSON (atomically: a reader never sees half a file)."""
+        save_json(self.to_dict(), path)
 
     @classmethod
     def load(cls, path) -> "ValidationReport":

@@ -10,10 +10,12 @@ Unknown fields are kept (in ``extra``) and written back.
 from __future__ import annotations
 
 import json
-import math
 import os
 from dataclasses import dataclass, field
 
+from .._checks import required, integer, number, save_json, seconds_list, text
+from ..collectives import BUSBW_OPS
+from ..collectives import busbw_factor as collective_busbw
 from ..errors import TraceError
 
 __all__ = ["MeasuredTrace", "CollectivePoint", "TrainingPoint", "FORMAT", "VERSION", "OPS",
@@ -22,63 +24,16 @@ __all__ = ["MeasuredTrace", "CollectivePoint", "TrainingPoint", "FORMAT", "VERSI
 FORMAT = "qsgd-measured-trace"
 VERSION = 1
 
-#: nccl-tests' bus-bandwidth factors (NVIDIA/nccl-tests doc/PERFORMANCE.md): busbw = algbw * f(p).
-_BUSBW = {
-    "allreduce": lambda p: 2.0 * (p - 1) / p,
-    "allgather": lambda p: (p - 1) / p,
-    "reduce_scatter": lambda p: (p - 1) / p,
-    "alltoall": lambda p: (p - 1) / p,
-    "broadcast": lambda p: 1.0,
-    "reduce": lambda p: 1.0,
-}
-OPS = tuple(_BUSBW)
+OPS = BUSBW_OPS
 TRANSPORTS = ("allreduce", "allgather", "scatter_reduce_allgather")
 
 
 def busbw_factor(op: str, world_size: int) -> float:
-    """nccl-tests' bus-bandwidth factor of ``op`` at ``world_size`` ranks."""
-    if op not in _BUSBW:
+    """nccl-tests' bus-bandwidth factor of ``op`` at ``world_size`` ranks
+    (:func:`emulator.busbw_factor`), as a :class:`TraceError` for an unknown op."""
+    if op not in OPS:
         raise TraceError(f"op {op!r} unknown; expected one of {', '.join(OPS)}")
-    return _BUSBW[op](world_size)
-
-
-# -- field checks: each names its JSON path --------------------------------------------------
-def _get(d: dict, key: str, path: str):
-    if key not in d:
-        raise TraceError(f"{path}{key}: missing")
-    return d[key]
-
-
-def _num(value, path: str, *, positive=False, nonneg=False):
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise TraceError(f"{path}: {value!r} is not a finite number")
-    if positive and not value > 0:
-        raise TraceError(f"{path}: {value!r} must be > 0")
-    if nonneg and value < 0:
-        raise TraceError(f"{path}: {value!r} must be >= 0")
-    return float(value)
-
-
-def _int(value, path: str, *, minimum=None):
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TraceError(f"{path}: {value!r} is not an integer")
-    if minimum is not None and value < minimum:
-        raise TraceError(f"{path}: {value!r} must be >= {minimum}")
-    return value
-
-
-def _str(value, path: str, choices=None):
-    if not isinstance(value, str) or not value:
-        raise TraceError(f"{path}: {value!r} is not a non-empty string")
-    if choices is not None and value not in choices:
-        raise TraceError(f"{path}: {value!r} not one of {', '.join(choices)}")
-    return value
-
-
-def _samples(value, path: str) -> list[float]:
-    if not isinstance(value, list):
-        raise TraceError(f"{path}: {value!r} is not a list of seconds")
-    return [_num(v, f"{path}[{i}]", nonneg=True) for i, v in enumerate(value)]
+    return collective_busbw(op, world_size)
 
 
 @dataclass(frozen=True)
@@ -103,9 +58,9 @@ class CollectivePoint:
     _KNOWN = ("op", "bytes", "count", "dtype", "time_s", "samples_s", "algbw", "busbw", "algorithm")
 
     def __post_init__(self):
-        _str(self.op, "op", OPS)
-        _int(self.bytes, "bytes", minimum=1)
-        _num(self.time_s, "time_s", positive=True)
+        text(self.op, "op", OPS)
+        integer(self.bytes, "bytes", minimum=1)
+        number(self.time_s, "time_s", positive=True)
 
     @classmethod
     def make(cls, op: str, nbytes: int, time_s: float, world_size: int, **kw) -> "CollectivePoint":
@@ -127,15 +82,15 @@ class CollectivePoint:
             raise TraceError(f"{path or 'point'}: {d!r} is not an object")
         p = f"{path}." if path else ""
         return cls(
-            op=_str(_get(d, "op", p), f"{p}op", OPS),
-            bytes=_int(_get(d, "bytes", p), f"{p}bytes", minimum=1),
-            time_s=_num(_get(d, "time_s", p), f"{p}time_s", positive=True),
-            count=_int(d.get("count", 0), f"{p}count", minimum=0),
-            dtype=_str(d.get("dtype", "float32"), f"{p}dtype"),
-            samples_s=tuple(_samples(d.get("samples_s", []), f"{p}samples_s")),
-            algbw=_num(d.get("algbw", 0.0), f"{p}algbw", nonneg=True),
-            busbw=_num(d.get("busbw", 0.0), f"{p}busbw", nonneg=True),
-            algorithm=_str(d.get("algorithm", "ring"), f"{p}algorithm"),
+            op=text(required(d, "op", p), f"{p}op", OPS),
+            bytes=integer(required(d, "bytes", p), f"{p}bytes", minimum=1),
+            time_s=number(required(d, "time_s", p), f"{p}time_s", positive=True),
+            count=integer(d.get("count", 0), f"{p}count", minimum=0),
+            dtype=text(d.get("dtype", "float32"), f"{p}dtype"),
+            samples_s=tuple(seconds_list(d.get("samples_s", []), f"{p}samples_s")),
+            algbw=number(d.get("algbw", 0.0), f"{p}algbw", nonneg=True),
+            busbw=number(d.get("busbw", 0.0), f"{p}busbw", nonneg=True),
+            algorithm=text(d.get("algorithm", "ring"), f"{p}algorithm"),
             extra={k: v for k, v in d.items() if k not in cls._KNOWN},
         )
 
@@ -167,8 +122,8 @@ class TrainingPoint:
     _KNOWN = ("model", "transport", "bits", "iteration_s", "samples_s", "bytes_per_step")
 
     def __post_init__(self):
-        _str(self.transport, "transport", TRANSPORTS)
-        _num(self.iteration_s, "iteration_s", positive=True)
+        text(self.transport, "transport", TRANSPORTS)
+        number(self.iteration_s, "iteration_s", positive=True)
 
     def get(self, key: str, default=None):
         """An extra field recorded by the harness (``compute_s``, ``payload_bytes``, ...)."""
@@ -189,22 +144,22 @@ class TrainingPoint:
         extra = {k: v for k, v in d.items() if k not in cls._KNOWN}
         for key in ("compute_s", "encode_s", "decode_s", "busy_s", "local_s"):
             if key in extra:
-                _num(extra[key], f"{p}{key}", nonneg=True)
+                number(extra[key], f"{p}{key}", nonneg=True)
         for key in ("collectives_s", "overlaps_s"):
             if key in extra:
-                _samples(extra[key], f"{p}{key}")
+                seconds_list(extra[key], f"{p}{key}")
         if "codec" in extra:
-            _str(extra["codec"], f"{p}codec", ("packed", "elias"))
+            text(extra["codec"], f"{p}codec", ("packed", "elias"))
         for key in ("numel", "compressed_numel", "raw_numel", "payload_bytes", "batch_size"):
             if key in extra:
-                _int(extra[key], f"{p}{key}", minimum=0)
+                integer(extra[key], f"{p}{key}", minimum=0)
         return cls(
-            model=_str(_get(d, "model", p), f"{p}model"),
-            transport=_str(_get(d, "transport", p), f"{p}transport", TRANSPORTS),
-            bits=_int(_get(d, "bits", p), f"{p}bits", minimum=1),
-            iteration_s=_num(_get(d, "iteration_s", p), f"{p}iteration_s", positive=True),
-            samples_s=tuple(_samples(d.get("samples_s", []), f"{p}samples_s")),
-            bytes_per_step=_int(d.get("bytes_per_step", 0), f"{p}bytes_per_step", minimum=0),
+            model=text(required(d, "model", p), f"{p}model"),
+            transport=text(required(d, "transport", p), f"{p}transport", TRANSPORTS),
+            bits=integer(required(d, "bits", p), f"{p}bits", minimum=1),
+            iteration_s=number(required(d, "iteration_s", p), f"{p}iteration_s", positive=True),
+            samples_s=tuple(seconds_list(d.get("samples_s", []), f"{p}samples_s")),
+            bytes_per_step=integer(d.get("bytes_per_step", 0), f"{p}bytes_per_step", minimum=0),
             extra=extra,
         )
 
@@ -251,7 +206,7 @@ class MeasuredTrace:
         version = d.get("version")
         if version != VERSION:
             raise TraceError(f"version: {version!r} is not supported (expected {VERSION})")
-        env = _get(d, "environment", "")
+        env = required(d, "environment", "")
         _check_environment(env, "environment")
         cols = d.get("collectives", [])
         if not isinstance(cols, list):
@@ -269,11 +224,7 @@ class MeasuredTrace:
 
     def save(self, path: str | os.PathLike) -> None:
         """Write JSON (atomically: a reader never sees half a file)."""
-        tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(self.to_dict(), f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
+        save_json(self.to_dict(), path)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> "MeasuredTrace":
@@ -288,10 +239,10 @@ class MeasuredTrace:
 def _check_environment(env, path: str):
     if not isinstance(env, dict):
         raise TraceError(f"{path}: {env!r} is not an object")
-    _int(_get(env, "world_size", f"{path}."), f"{path}.world_size", minimum=1)
-    _str(_get(env, "backend", f"{path}."), f"{path}.backend")
+    integer(required(env, "world_size", f"{path}."), f"{path}.world_size", minimum=1)
+    text(required(env, "backend", f"{path}."), f"{path}.backend")
     if "source" in env:
-        _str(env["source"], f"{path}.source")
+        text(env["source"], f"{path}.source")
     if "hosts" in env and not (isinstance(env["hosts"], list)
                                and all(isinstance(h, str) for h in env["hosts"])):
         raise TraceError(f"{path}.hosts: {env['hosts']!r} is not a list of host names")

@@ -50,6 +50,14 @@ def build_model(name_or_path: str, **kwargs) -> nn.Module:
     ------
     ModelError
         Unknown name, unimportable module, missing attribute, or not an ``nn.Module``.
+
+    Examples
+    --------
+    >>> import qsgd
+    >>> sum(p.numel() for p in qsgd.build_model("mlp").parameters())
+    235146
+    >>> type(qsgd.build_model("torch.nn:Linear", in_features=4, out_features=2)).__name__
+    'Linear'
     """
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ModelError(f"model must be a name in {sorted(MODELS)} or 'pkg.mod:Class', got {name_or_path!r}")

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..processes import free_port
+from .._checks import is_int
 
 
 def launched_by_torchrun() -> bool:
@@ -66,7 +67,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *args, timeout_s: float = 300
     """
     import multiprocessing as mp
 
-    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+    if not is_int(world_size) or world_size < 1:
         raise ValueError(f"spawn: world size must be an int >= 1, got {world_size!r}")
     ctx = mp.get_context("spawn")
     results = ctx.Queue()

@@ -20,6 +20,7 @@ import torch.distributed as dist
 
 from .compression import COMPRESSIONS
 from .datasets import DATASETS, load_dataset
+from .._checks import is_int, is_number
 
 TRANSPORTS = ("allgather", "scatter_reduce_allgather")
 
@@ -82,8 +83,7 @@ class TrainConfig:
         import qsgd
 
         # Only models that take the dataset's sizes (build() passes in_features, hidden and
-        # num_classes): any other MODELS name (e.g. resnet50) passed here and then failed in every
-        # spawned rank with a TypeError traceback instead of a one-line error (exit 2).
+        # num_classes); checked here so that a wrong name is one line before any rank starts.
         sizable = sorted(m for m in qsgd.MODELS if _takes_sizes(qsgd.MODELS[m]))
         if self.model not in sizable:
             raise ValueError(f"model: expected one of {sizable} (models sized to the dataset), "
@@ -92,13 +92,13 @@ class TrainConfig:
                           ("bucket_size", 1), ("min_numel", 0), ("warmup_steps", 0),
                           ("powersgd_rank", 1), ("seed", 0)):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+            if not is_int(v) or v < low:
                 raise ValueError(f"{name}: expected an int >= {low}, got {v!r}")
         if self.bits > 16:
             raise ValueError(f"bits: expected 2..16, got {self.bits}")
         for name in ("lr", "momentum", "timeout_s"):
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            if not is_number(v) or not math.isfinite(v) or v < 0:
                 raise ValueError(f"{name}: expected a finite number >= 0, got {v!r}")
         if self.lr == 0 or self.timeout_s == 0:
             raise ValueError(f"{'lr' if self.lr == 0 else 'timeout_s'}: must be > 0")

@@ -192,7 +192,7 @@ def test_textbook_forms(p, c):
     # Binomial broadcast: ceil(log2 p)(a + n b) per chunk set.
     assert closed_form("broadcast", "tree", p, n, a, b, chunks=c) == \
         pytest.approx(math.ceil(math.log2(p)) * (c * a + n * b), rel=1e-12)
-    # Compressed all-gather with equal payloads C: (p-1)(c a + C b) (REFERENCES.md).
+    # Compressed all-gather with equal payloads C: (p-1)(c a + C b) (docs/collectives.md).
     assert closed_form("allreduce", "qsgd_allgather", p, n, a, b, chunks=c,
                        payload_bytes=c * 1000) == \
         pytest.approx((p - 1) * (c * a + c * 1000 * b), rel=1e-12)
