@@ -322,6 +322,15 @@ def closed_form(op: str, algorithm: str, p: int, nbytes: int, alpha: float, beta
     ------
     ConfigError
         Naming the field and value that are not valid.
+
+    Examples
+    --------
+    A ring allreduce: 2 (p - 1) (alpha + n / (p B)).
+
+    >>> import emulator
+    >>> t = emulator.closed_form("allreduce", "ring", 8, 80_000_000, alpha=1e-6, beta=1 / 10e9)
+    >>> round(t * 1e3, 4), round(2 * 7 * (1e-6 + 10_000_000 / 10e9) * 1e3, 4)
+    (14.014, 14.014)
     """
     if (op, algorithm) not in MODELS:
         if op not in OPS:

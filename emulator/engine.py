@@ -360,6 +360,18 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
     Returns
     -------
     CollectiveResult
+
+    Examples
+    --------
+    Two flows into one 10 GB/s link share it: each gets 5 GB/s, so 10 MB each take 2 ms.
+
+    >>> import emulator, topologies
+    >>> G = topologies.from_spec("switch:3,bw=10GB/s,lat=1us")
+    >>> s = emulator.Schedule([emulator.Transfer(0, 0, 2, 10_000_000),
+    ...                        emulator.Transfer(1, 1, 2, 10_000_000)], (0, 1, 2), "test", "x", 1)
+    >>> r = emulator.simulate(G, s)
+    >>> round(r.time_s * 1e3, 4), r.flows
+    (2.002, 2)
     """
     import topologies
 
@@ -402,6 +414,14 @@ def run_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None, chunk
 
     ``ranks`` defaults to every GPU of ``G``; ``nbytes`` follows nccl-tests (see
     :func:`emulator.build_schedule`).
+
+    Examples
+    --------
+    >>> import emulator, topologies
+    >>> G = topologies.from_spec("ring:4,bw=10GB/s,lat=1us")
+    >>> r = emulator.run_collective(G, "allreduce", "ring", 4_000_000)
+    >>> round(r.time_s * 1e6, 2), round(r.busbw / 1e9, 2)   # 6 (1 + 100) us
+    (606.0, 9.9)
     """
     import topologies
 

@@ -479,6 +479,20 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
     -------
     torch.futures.Future[Tensor]
         The averaged flat bucket (written into the bucket's buffer).
+
+    Examples
+    --------
+    One gloo rank, so the mean is the rank's own decoded gradient:
+
+    >>> import torch, torch.distributed as dist, qsgd
+    >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    >>> ddp = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(100, 100))
+    >>> ddp.register_comm_hook(qsgd.QSGDState(qsgd.QSGDConfig.from_bits(8), min_numel=0),
+    ...                        qsgd.qsgd_hook)
+    >>> ddp(torch.ones(2, 100)).sum().backward()
+    >>> ddp.module.bias.grad.tolist()[:3]                        # every output's gradient is 2
+    [2.0, 2.0, 2.0]
+    >>> dist.destroy_process_group()
     """
     t_enter = time.perf_counter()
     buf = bucket.buffer()

@@ -188,6 +188,19 @@ def calibrate(trace: MeasuredTrace, G: nx.Graph, *, fit_sizes=None, ops=None,
     ------
     CalibrationError
         Fewer points than unknowns, sizes not measured, ranks not matching, no solution.
+
+    Examples
+    --------
+    >>> import emulator, topologies
+    >>> G = topologies.from_spec("switch:4,bw=1Gbit,lat=20us,link=ethernet")
+    >>> pts = [emulator.CollectivePoint("allreduce", n, emulator.run_collective(
+    ...     G, "allreduce", "ring", n).time_s, 4) for n in (2**16, 2**22)]
+    >>> trace = emulator.MeasuredTrace({"backend": "gloo", "world_size": 4, "source": "harness"},
+    ...                                tuple(pts))
+    >>> cal = emulator.calibrate(trace, topologies.from_spec("switch:4,link=ethernet"))
+    >>> latency, bandwidth = cal.links["ethernet"]
+    >>> round(latency * 1e6, 3), round(bandwidth * 8 / 1e9, 6)      # us, Gbit/s
+    (20.0, 1.0)
     """
     import topologies
 

@@ -62,6 +62,26 @@ def import_nccl_tests(path: str | os.PathLike, *, op: str | None = None,
         Number of ranks; default the number of ``#  Rank`` lines.
     topology : str, optional
         A topology spec describing the cluster, kept in the environment for ``compare``.
+
+    Examples
+    --------
+    >>> import os, tempfile, emulator
+    >>> log = "\\n".join([
+    ...     "# Collective test starting: all_reduce_perf",
+    ...     "#  Rank  0 Group  0 Pid  1 on host0 device  0 [0x07] NVIDIA A100-SXM4-80GB",
+    ...     "#  Rank  1 Group  0 Pid  2 on host0 device  1 [0x0b] NVIDIA A100-SXM4-80GB",
+    ...     "#       size    count   type  redop  root   time  algbw  busbw #wrong"
+    ...     "   time  algbw  busbw #wrong",
+    ...     "     1048576   262144  float    sum    -1  20.00  52.43  52.43      0"
+    ...     "  19.50  53.77  53.77      0",
+    ...     "     2097152   524288  float    sum    -1  30.00  69.91  69.91      0"
+    ...     "  29.50  71.09  71.09      0"])
+    >>> path = os.path.join(tempfile.mkdtemp(), "all_reduce_perf.log")
+    >>> with open(path, "w") as f:
+    ...     _ = f.write(log)
+    >>> t = emulator.import_nccl_tests(path)
+    >>> t.world_size, [(c.op, c.bytes, round(c.time_s * 1e6, 1)) for c in t.collectives]
+    (2, [('allreduce', 1048576, 20.0), ('allreduce', 2097152, 30.0)])
     """
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
