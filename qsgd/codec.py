@@ -8,10 +8,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from qsgd import elias, packed, rng, wire
+from qsgd import elias, packed, wire
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, PayloadError
-from qsgd.quantizer import check_input, flat_float32, pick_backend
+from qsgd.quantizer import prepare
 from ._checks import is_int
 
 
@@ -74,14 +74,7 @@ def encode(x: torch.Tensor, cfg: QSGDConfig, seed: int = 0, *, rank: int = 0, st
     >>> len(elias) < len(packed)                  # Elias codes of sparse levels are smaller
     True
     """
-    check_input(x, cfg)
-    key = rng.stream_key(seed, rank, step, bucket)
-    flat = flat_float32(x)
-    name = pick_backend(flat, backend)
-    if name == "torch" and flat.numel() and not bool(torch.isfinite(flat).all()):
-        from qsgd.quantizer import raise_nonfinite
-
-        raise_nonfinite(flat)
+    flat, key, name = prepare(x, cfg, seed, rank, step, bucket, backend)
     encode_fn, _ = CODECS[cfg.codec]
     buf = encode_fn(flat, cfg, key, name, x.dtype, tuple(x.shape))
     payload = torch.from_numpy(buf)

@@ -199,6 +199,22 @@ def pick_backend(flat: torch.Tensor, backend: str | None) -> str:
     return backend
 
 
+def prepare(x: torch.Tensor, cfg: QSGDConfig, seed: int, rank: int, step: int, bucket: int,
+            backend: str | None) -> tuple[torch.Tensor, object, str]:
+    """What quantizing and encoding start from: ``(flat float32 x, stream key, backend name)``.
+
+    Checks the input (dtype, config, NaN/Inf) once; the numba kernels check finiteness in
+    their own pass, the torch path here.
+    """
+    check_input(x, cfg)
+    key = rng.stream_key(seed, rank, step, bucket)
+    flat = flat_float32(x)
+    name = pick_backend(flat, backend)
+    if name == "torch" and flat.numel() and not bool(torch.isfinite(flat).all()):
+        raise_nonfinite(flat)
+    return flat, key, name
+
+
 def quantize(x: torch.Tensor, cfg: QSGDConfig, seed: int = 0, *, rank: int = 0, step: int = 0,
              bucket: int = 0, backend: str | None = None) -> Quantized:
     """Quantize ``x`` (any shape; float32, float16 or bfloat16) with QSGD.
@@ -230,12 +246,7 @@ def quantize(x: torch.Tensor, cfg: QSGDConfig, seed: int = 0, *, rank: int = 0, 
     >>> bool((q.levels.abs() <= 7).all()), q.levels[3].item(), q.levels[4].item()
     (True, 0, 7)
     """
-    check_input(x, cfg)
-    key = rng.stream_key(seed, rank, step, bucket)
-    flat = flat_float32(x)
-    name = pick_backend(flat, backend)
-    if name == "torch" and flat.numel() and not bool(torch.isfinite(flat).all()):
-        raise_nonfinite(flat)
+    flat, key, name = prepare(x, cfg, seed, rank, step, bucket, backend)
     levels, scales = BACKENDS[name](flat, cfg, key)
     return Quantized(levels=levels, scales=scales, shape=x.shape, dtype=x.dtype, cfg=cfg)
 
