@@ -2,6 +2,9 @@
 
 Inside the package everything is bytes, bytes/s and seconds. Prefixes follow the usual
 conventions: k, M, G, T, P are decimal (1e3 ...), Ki, Mi, Gi, Ti, Pi are binary (2**10 ...).
+A size with a bare prefix and no ``B`` (``4G``, ``64M``, ``1K``) follows nccl-tests, whose
+``-b``/``-e`` options read K, M and G as 1024, 1024**2 and 1024**3: ``4G`` is 4 GiB while
+``4GB`` is 4e9 bytes.
 For bandwidths a capital ``B`` means bytes and ``b``/``bit`` means bits (``100Gbit`` =
 ``100Gb/s`` = ``100Gbps`` = 12.5e9 bytes/s), as on NIC datasheets.
 """
@@ -21,6 +24,9 @@ _DECIMAL = {"": _D(1), "k": _D("1e3"), "K": _D("1e3"), "M": _D("1e6"), "G": _D("
             "T": _D("1e12"), "P": _D("1e15")}
 _BINARY = {"Ki": _D(2**10), "Mi": _D(2**20), "Gi": _D(2**30), "Ti": _D(2**40), "Pi": _D(2**50)}
 _PREFIXES = {**_DECIMAL, **_BINARY, "KI": _D(2**10), "ki": _D(2**10)}
+
+#: nccl-tests' size suffixes (src/common.cu, parsesize): binary, and written without a B.
+_NCCL_TESTS = {"K": _D(2**10), "k": _D(2**10), "M": _D(2**20), "G": _D(2**30), "T": _D(2**40)}
 
 _BYTES_UNIT = re.compile(r"^(|k|K|M|G|T|P|Ki|KI|ki|Mi|Gi|Ti|Pi)(B|bytes?)?$")
 _BW_UNIT = re.compile(r"^(|k|K|M|G|T|P|Ki|Mi|Gi|Ti|Pi)(B|bit|b)?(/s|ps)?$")
@@ -66,7 +72,7 @@ def parse_bytes(text) -> int:
     ----------
     text : str or int or float
         A number of bytes, optionally with a decimal (kB, MB, GB, TB) or binary (KiB, MiB,
-        GiB, TiB) prefix and an optional ``B``.
+        GiB, TiB) prefix and a ``B``; a bare prefix (``4G``) is binary, as nccl-tests reads it.
 
     Returns
     -------
@@ -84,8 +90,13 @@ def parse_bytes(text) -> int:
         m = _BYTES_UNIT.match(unit)
         if not m:
             raise SpecError(f"size {text!r} not understood: unit {unit!r} "
-                            f"(expected B, kB, MB, GB, TB or KiB, MiB, GiB, TiB)")
-        scale = _PREFIXES[m.group(1)]
+                            f"(expected B, kB, MB, GB, TB or KiB, MiB, GiB, TiB; or nccl-tests' "
+                            f"K, M, G = KiB, MiB, GiB)")
+        prefix = m.group(1)
+        if m.group(2) is None and prefix in _NCCL_TESTS:
+            scale = _NCCL_TESTS[prefix]
+        else:
+            scale = _PREFIXES[prefix]
     exact = value * scale
     _finite(exact, text, "size")
     if exact != exact.to_integral_value():

@@ -4,14 +4,14 @@ Examples::
 
     qsgd-emu simulate --topology fat_tree:k=8,bw=100Gbit --op allreduce --algorithm ring \\
         --bytes 256MB
-    qsgd-emu simulate --topology dgx_a100 --min-bytes 8 --max-bytes 4GiB --factor 2
+    qsgd-emu simulate --topology dgx_a100 --min-bytes 8 --max-bytes 4G --factor 2
     qsgd-emu simulate --topology ring:8 --bytes 64MB --degrade gpu0,gpu1,0.5 --straggler 3,20us
 
 One collective prints its time, algbw, busbw, flows, engine events, the peak link
 utilization and the busiest links. A sweep prints the columns of nccl-tests'
 ``all_reduce_perf`` (time in us, bandwidths in GB/s with GB = 1e9 bytes), so a prediction
-can be read next to a real log. Sizes are decimal unless binary is asked for: ``4GB`` is
-4e9 bytes, ``4GiB`` is what nccl-tests means by ``-e 4G``. ``--json`` prints the result
+can be read next to a real log. Sizes read as nccl-tests reads them: ``4G`` (a bare prefix)
+is 4 GiB, as in ``all_reduce_perf -e 4G``; ``4GiB`` is the same; ``4GB`` is 4e9 bytes. ``--json`` prints the result
 (or the list of rows) with SI values: seconds and bytes/s.
 
 Faults are what-ifs applied to a copy of the topology: ``--degrade U,V,FACTOR`` (link U-V at

@@ -8,6 +8,8 @@ from topologies import SpecError, parse_bandwidth, parse_bytes, parse_time
 @pytest.mark.parametrize("text, expected", [
     ("256MB", 256_000_000), ("4KiB", 4096), ("1GiB", 2**30), ("1e6", 1_000_000),
     (1024, 1024), ("12 B", 12), ("1.5kB", 1500), ("2MiB", 2 * 2**20), ("3 bytes", 3),
+    # nccl-tests' -b/-e suffixes: a bare K, M or G is binary (all_reduce_perf -e 4G = 4 GiB)
+    ("4G", 4 * 2**30), ("64M", 64 * 2**20), ("1K", 1024), ("8k", 8192), ("4GB", 4_000_000_000),
 ])
 def test_parse_bytes(text, expected):
     assert parse_bytes(text) == expected
