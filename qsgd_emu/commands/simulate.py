@@ -11,8 +11,8 @@ One collective prints its time, algbw, busbw, flows, engine events, the peak lin
 utilization and the busiest links. A sweep prints the columns of nccl-tests'
 ``all_reduce_perf`` (time in us, bandwidths in GB/s with GB = 1e9 bytes), so a prediction
 can be read next to a real log. Sizes read as nccl-tests reads them: ``4G`` (a bare prefix)
-is 4 GiB, as in ``all_reduce_perf -e 4G``; ``4GiB`` is the same; ``4GB`` is 4e9 bytes. ``--json`` prints the result
-(or the list of rows) with SI values: seconds and bytes/s.
+is 4 GiB, as in ``all_reduce_perf -e 4G``; ``4GiB`` is the same; ``4GB`` is 4e9 bytes.
+``--json`` prints the result (or the list of rows) with SI values: seconds and bytes/s.
 
 Faults are what-ifs applied to a copy of the topology: ``--degrade U,V,FACTOR`` (link U-V at
 FACTOR of its bandwidth), ``--remove U,V`` (link down, flows re-route) and
