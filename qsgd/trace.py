@@ -19,7 +19,7 @@ from typing import Mapping
 
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, TraceError
-from ._checks import is_number
+from ._checks import is_int, is_number
 
 FORMAT = "qsgd-payload-trace"
 VERSION = 1
@@ -33,13 +33,9 @@ ASSIGNMENTS = ("ready", "reverse", "find_unused")
 
 
 # ---------------------------------------------------------------- field checks
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
 def _int(d: Mapping, key: str, path: str, low: int = 0) -> int:
     v = _get(d, key, path)
-    if not _is_int(v) or v < low:
+    if not is_int(v) or v < low:
         raise TraceError(f"{_join(path, key)} must be an int >= {low}, got {v!r}")
     return v
 
@@ -326,10 +322,10 @@ class PayloadTrace:
     def forward_flops(self) -> int | None:
         """FLOPs of one sample's forward pass (optional field ``forward_flops``), if recorded."""
         v = self.extra.get("forward_flops")
-        return v if _is_int(v) and v > 0 else None
+        return v if is_int(v) and v > 0 else None
 
     def _bucket(self, bucket: int) -> int:
-        if not _is_int(bucket) or not 0 <= bucket < len(self.buckets):
+        if not is_int(bucket) or not 0 <= bucket < len(self.buckets):
             raise TraceError(f"bucket must be an int in [0, {len(self.buckets)}), got {bucket!r}")
         return bucket
 
@@ -390,11 +386,11 @@ def _parse(d) -> dict:
     if fmt != FORMAT:
         raise TraceError(f"format must be {FORMAT!r}, got {fmt!r}")
     version = _get(d, "version", "")
-    if version != VERSION or not _is_int(version):
+    if version != VERSION or not is_int(version):
         raise TraceError(f"version must be {VERSION}, got {version!r}")
     shape = _list(d, "input_shape", "")
     for j, n in enumerate(shape):
-        if not _is_int(n) or n < 1:
+        if not is_int(n) or n < 1:
             raise TraceError(f"input_shape[{j}] must be an int >= 1, got {n!r}")
     config = _config(_obj(_get(d, "config", ""), "config"))
     assignment = d.get("bucket_assignment", "reverse")
@@ -437,6 +433,8 @@ def _parse(d) -> dict:
             if (bt.payload_bytes == 0) != (b.compressed_numel == 0):
                 raise TraceError(f"{bpath}.payload_bytes must be 0 exactly when buckets[{k}]."
                                  f"compressed_numel is 0 (it is {b.compressed_numel}), got {bt.payload_bytes}")
+            if b.compressed_numel:
+                _check_payload_size(bt.payload_bytes, b.compressed_numel, config, bpath, k)
             # A bucket is ready during backward; allow float rounding of the two clocks.
             if bt.ready_s > it.backward_s * (1 + 1e-6) + 1e-6:
                 raise TraceError(f"{bpath}.ready_s must not exceed {path}.backward_s = "
@@ -452,6 +450,26 @@ def _parse(d) -> dict:
         buckets=buckets, iterations=iterations, bucket_assignment=assignment,
         extra=_extra(d, PayloadTrace._KEYS),
     )
+
+
+def _check_payload_size(nbytes: int, numel: int, cfg: QSGDConfig, path: str, k: int) -> None:
+    """A bucket's payload is the size its config makes it: exactly that for the packed codec
+    (one flat 1-D payload per bucket), at least the header and the bucket scales for Elias."""
+    from qsgd.codec import payload_nbytes
+    from qsgd.wire import header_nbytes
+
+    if cfg.codec == "packed":
+        want = payload_nbytes(numel, cfg)
+        if nbytes != want:
+            raise TraceError(f"{path}.payload_bytes must be {want} (a packed payload of "
+                             f"buckets[{k}].compressed_numel={numel} elements at {cfg.bits} bits, "
+                             f"bucket size {cfg.bucket_size}), got {nbytes}")
+        return
+    least = header_nbytes(1) + 4 * math.ceil(numel / cfg.bucket_size)
+    if nbytes < least:
+        raise TraceError(f"{path}.payload_bytes must be at least {least} (header and one 4-byte "
+                         f"norm per bucket of {cfg.bucket_size} for buckets[{k}].compressed_numel="
+                         f"{numel}), got {nbytes}")
 
 
 def _config(d: Mapping) -> QSGDConfig:

@@ -8,7 +8,7 @@ from emulator.compute import ComputeModel, measure_host
 
 def _trace(device="cuda", device_name="NVIDIA A100-SXM4-80GB"):
     it = {"index": 0, "forward_s": 0.1, "backward_s": 0.2, "optimizer_s": 0.01,
-          "buckets": [{"index": 0, "ready_s": 0.05, "payload_bytes": 1000, "raw_bytes": 40,
+          "buckets": [{"index": 0, "ready_s": 0.05, "payload_bytes": 1052, "raw_bytes": 40,
                        "encode_s": 0.001, "decode_s": 0.002}]}
     return qsgd.PayloadTrace.from_dict({
         "format": "qsgd-payload-trace", "version": 1, "model": "m", "parameters": 2010,

@@ -1,7 +1,7 @@
 """replay: the one-stream bucket timeline (exact, with fixed collective times) and errors.
 
-The zero-communication and infinitely-fast-compute checks against the real engine are not
-written yet (emulator.simulate had not landed); see the report to the lead.
+Limits against the real engine (no communication, infinitely fast compute) are in
+tests/emulator/test_replay_limits.py.
 """
 import pytest
 
@@ -45,7 +45,7 @@ def test_qsgd_adds_codec_and_raw_tensors_in_stream():
     assert b.comm_end_s - b.encode_end_s == pytest.approx(0.5) and b.comm_s == pytest.approx(0.5)
     assert b.end_s - b.comm_end_s == pytest.approx(0.002)
     assert p.encode_decode_s == pytest.approx(0.003)
-    assert b.wire_bytes == 1000 + 40
+    assert b.wire_bytes == 1052 + 40
     # scatter-reduce-allgather: a raw fp32 allreduce (0.5 s) issued before the 1 ms encode
     # runs under it; the payload collective (0.5 s) follows it on the stream
     q = emulator.replay(_trace(), G4, transport="qsgd_scatter_reduce_allgather",

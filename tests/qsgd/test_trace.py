@@ -11,7 +11,8 @@ from qsgd.trace import BucketTiming, TraceBucket, TraceIteration
 
 
 def _doc() -> dict:
-    """A valid trace with two buckets (one all-raw) and two iterations."""
+    """A valid trace with two buckets (one all-raw) and two iterations (Elias payloads, whose
+    size varies with the data)."""
     buckets = [
         {"index": 0, "numel": 1_025_000, "params": ["fc.weight", "fc.bias"],
          "compressed_numel": 1_024_000, "raw_numel": 1000},
@@ -32,7 +33,7 @@ def _doc() -> dict:
         "format": "qsgd-payload-trace", "version": 1, "model": "resnet50",
         "parameters": 1_025_020, "device": "cpu", "device_name": "Some CPU",
         "torch_version": "2.13.0", "batch_size": 8, "input_shape": [3, 224, 224],
-        "config": {"levels": 7, "bucket_size": 512, "norm": "max", "codec": "packed", "bits": 4},
+        "config": {"levels": 7, "bucket_size": 512, "norm": "max", "codec": "elias", "bits": 4},
         "min_numel": 10000, "bucket_cap_bytes": 26214400, "first_bucket_bytes": 1048576, "seed": 0,
         "buckets": buckets, "iterations": [it(0, 512_100), it(1, 512_300)],
     }
@@ -137,6 +138,8 @@ REJECTIONS = [
     (("iterations", 1, "optimizer_s"), "1ms", "iterations[1].optimizer_s must be a finite number"),
     (("iterations", 0, "buckets", 0, "payload_bytes"), -5,
      "iterations[0].buckets[0].payload_bytes must be an int >= 0, got -5"),
+    (("iterations", 0, "buckets", 0, "payload_bytes"), 7000,
+     "iterations[0].buckets[0].payload_bytes must be at least 8032 (header and one 4-byte norm"),
     (("iterations", 0, "buckets", 0, "payload_bytes"), 0,
      "iterations[0].buckets[0].payload_bytes must be 0 exactly when"),
     (("iterations", 1, "buckets", 1, "payload_bytes"), 12,
@@ -182,3 +185,20 @@ def test_load_names_the_file_and_rejects_bad_json(tmp_path):
     with pytest.raises(qsgd.TraceError, match=r"t.json: iterations\[0\].buckets\[0\].decode_s"):
         qsgd.PayloadTrace.load(path)
     assert isinstance(qsgd.TraceError("x"), ValueError)  # the CLI reports it in one line
+
+
+def test_a_packed_payload_must_have_the_size_its_config_gives():
+    """A tampered size (a packed payload edited from 520036 to 9040036) is refused, naming the
+    field and the size the config and the element count determine."""
+    doc = _doc()
+    doc["config"]["codec"] = "packed"
+    want = qsgd.payload_nbytes(1_024_000, qsgd.QSGDConfig.from_bits(4, bucket_size=512))
+    assert want == 520_036
+    for it in doc["iterations"]:
+        it["buckets"][0]["payload_bytes"] = want
+    assert qsgd.PayloadTrace.from_dict(doc).mean_payload_bytes(0) == want
+    doc["iterations"][1]["buckets"][0]["payload_bytes"] = 9_040_036
+    with pytest.raises(qsgd.TraceError, match=r"iterations\[1\]\.buckets\[0\]\.payload_bytes "
+                                              r"must be 520036 \(a packed payload of buckets\[0\]"
+                                              r"\.compressed_numel=1024000 elements at 4 bits"):
+        qsgd.PayloadTrace.from_dict(doc)
