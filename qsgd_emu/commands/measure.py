@@ -15,6 +15,8 @@ import argparse
 import json
 import sys
 
+from qsgd_emu.outputs import output_file
+
 
 #: qsgd.measure's bucket orders and the paper's small-tensor threshold (kept here so that
 #: ``--help`` does not import torch).
@@ -48,7 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "reverse: reverse registration order; find_unused: DDP with "
                              "find_unused_parameters=True")
     parser.add_argument("--seed", type=int, default=0, help="seed of model init, data and quantization")
-    parser.add_argument("--out", metavar="PATH", help="write the PayloadTrace JSON here")
+    parser.add_argument("--out", metavar="PATH", type=output_file,
+                        help="write the PayloadTrace JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
 
 

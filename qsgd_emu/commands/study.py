@@ -17,6 +17,8 @@ import os
 import sys
 import time
 
+from qsgd_emu.outputs import output_dir
+
 TRANSPORT_NAMES = ("fp32", "fp16", "qsgd_allgather", "qsgd_scatter_reduce_allgather")
 
 
@@ -56,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False) -> Non
     parser.add_argument("--device", default="measured",
                         help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
     parser.add_argument("--algorithm", default="ring", help="allreduce algorithm of fp32/fp16 (default ring)")
-    parser.add_argument("--out", metavar="DIR", default=None if not demo else "out/demo",
+    parser.add_argument("--out", metavar="DIR", default=None if not demo else "out/demo", type=output_dir,
                         required=not demo, help="output directory")
     parser.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
     parser.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://host:8786")

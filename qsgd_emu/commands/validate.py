@@ -22,6 +22,8 @@ import json
 import os
 import sys
 
+from qsgd_emu.outputs import output_file
+
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     p = sub.add_parser("import-nccl-tests", help="turn an nccl-tests log into a MeasuredTrace")
     p.add_argument("log", help="all_reduce_perf / all_gather_perf output (text or -J JSON)")
-    p.add_argument("--out", required=True, help="MeasuredTrace JSON to write")
+    p.add_argument("--out", required=True, type=output_file, help="MeasuredTrace JSON to write")
     p.add_argument("--op", default=None, help="collective, if the log does not say")
     p.add_argument("--world-size", type=int, default=None, help="ranks, if the log does not list them")
     p.add_argument("--topology", default=None, help="topology spec of the cluster (kept for compare)")
@@ -59,18 +61,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--ops", default=None, help="comma list of ops to fit on (default all)")
         p.add_argument("--algorithm", default=None, help="algorithm run (default each point's: ring)")
         p.add_argument("--predictor", default="simulate", choices=("simulate", "closed_form"))
-        p.add_argument("--out", default=None, help="write the calibration / report JSON here")
+        p.add_argument("--out", default=None, type=output_file,
+                       help="write the calibration / report JSON here")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
         if name == "compare":
             p.add_argument("--calibration", default=None, help="calibration JSON from 'calibrate'")
             p.add_argument("--per-op", action="store_true", help="fit each op on its own")
             p.add_argument("--min-bytes", default="0", help="score held-out points of >= this size")
-            p.add_argument("--html", default=None, help="write the figure as HTML here")
+            p.add_argument("--html", default=None, type=output_file,
+                           help="write the figure as HTML here")
 
 
 def harness_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of the harness (``validate run`` and ``validate testbed``)."""
-    parser.add_argument("--out", required=True, help="MeasuredTrace JSON written by rank 0")
+    parser.add_argument("--out", required=True, type=output_file,
+                        help="MeasuredTrace JSON written by rank 0")
     parser.add_argument("--ops", default="allreduce,allgather", help="comma list: allreduce,allgather")
     parser.add_argument("--min-bytes", default="1MiB", help="smallest size (nccl-tests -b)")
     parser.add_argument("--max-bytes", default="16MiB", help="largest size (nccl-tests -e)")
