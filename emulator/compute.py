@@ -7,7 +7,7 @@ seconds of another device:
 * forward, backward, optimizer and the buckets' ready offsets scale with the ratio of peak
   FLOP/s (measuring device / target device). Dense training is compute bound, so this is the
   first-order model; it ignores that a CPU reaches a larger fraction of its peak than a GPU on
-  small batches, which is why a measured host FLOP/s (:func:`measure_host`, a large fp32
+  small batches, which is why a measured host FLOP/s (:func:`qsgd.measure_host`, a large fp32
   matmul, i.e. an *achieved* figure) is used for a CPU rather than a datasheet peak.
 * encode and decode are a few passes over the gradient, memory bound, so they scale with the
   ratio of memory bandwidth (measured copy bandwidth on a CPU).
@@ -18,7 +18,7 @@ Peak figures are vendor datasheet numbers, tabulated in docs/gpus.md; the ``sour
 from __future__ import annotations
 
 import math
-import time
+
 from dataclasses import dataclass
 
 from emulator.errors import ConfigError
@@ -183,8 +183,9 @@ class ComputeModel:
 
         The measuring device's figures come from :data:`DEVICES` when the trace's
         ``device_name`` names one of them (e.g. "NVIDIA A100-SXM4-80GB"); otherwise (a CPU)
-        from ``host_flops`` (FLOP/s) and ``host_bandwidth`` (bytes/s), measured by
-        :func:`measure_host` when not given.
+        from ``host_flops`` (FLOP/s) and ``host_bandwidth`` (bytes/s) when given, else from the
+        rates stored with the trace (:attr:`qsgd.PayloadTrace.host`), so that one trace gives
+        the same rows on any machine. Only a trace that stores none measures this machine.
         """
         if target not in DEVICES:
             raise ConfigError(f"device must be one of {sorted(DEVICES)}, got {target!r}")
@@ -195,13 +196,21 @@ class ComputeModel:
         if src is not None:
             flops, bw, how = src.flops(dtype), src.mem_bandwidth, f"measured on {src.name}"
         else:
+            stored = trace.host
             if host_flops is None or host_bandwidth is None:
-                mf, mb = measure_host()
-                host_flops = mf if host_flops is None else host_flops
-                host_bandwidth = mb if host_bandwidth is None else host_bandwidth
+                if stored is not None:
+                    rates, when = stored, "with the trace"
+                else:
+                    import qsgd
+
+                    rates, when = qsgd.measure_host(), "now on this machine (the trace stores none)"
+                host_flops = rates["matmul_flops"] if host_flops is None else host_flops
+                host_bandwidth = rates["copy_bandwidth"] if host_bandwidth is None else host_bandwidth
+            else:
+                when = "as given"
             flops = _positive("host_flops", host_flops)
             bw = _positive("host_bandwidth", host_bandwidth)
-            how = f"measured on host at {flops / 1e9:.1f} GFLOP/s, {bw / 1e9:.1f} GB/s"
+            how = f"host measured {when} at {flops / 1e9:.1f} GFLOP/s, {bw / 1e9:.1f} GB/s"
         return cls(flops / dev.flops(dtype), bw / dev.mem_bandwidth, device=target,
                    source=f"{how}, scaled to {target} {dtype} peak ({dev.source})")
 
@@ -213,29 +222,3 @@ def source_device(device_name: str) -> Device | None:
         if key in name:
             return DEVICES[key]
     return None
-
-
-def measure_host(budget_s: float = 0.5) -> tuple[float, float]:
-    """Achieved fp32 matmul FLOP/s and copy bandwidth (bytes/s) of this machine's CPU.
-
-    Best of a few repetitions of a 512x512 fp32 matmul (2 n^3 FLOPs) and of a 32 MiB tensor
-    copy (read + write: 2x the bytes), within about ``budget_s`` seconds.
-    """
-    import torch
-
-    n = 512
-    a, b = torch.randn(n, n), torch.randn(n, n)
-    src = torch.empty(8 * 2**20)
-    dst = torch.empty_like(src)
-    best_mm = best_cp = float("inf")
-    deadline = time.perf_counter() + budget_s
-    for i in range(20):
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        t1 = time.perf_counter()
-        dst.copy_(src)
-        t2 = time.perf_counter()
-        best_mm, best_cp = min(best_mm, t1 - t0), min(best_cp, t2 - t1)
-        if i >= 2 and t2 > deadline:
-            break
-    return 2 * n**3 / best_mm, 2 * src.numel() * 4 / best_cp

@@ -16,6 +16,7 @@ from .codec import decode, encode, payload_nbytes
 from .config import QSGDConfig
 from .errors import ConfigError, HookError, ModelError, PayloadError, QSGDError, TraceError
 from .hook import QSGDState, qsgd_hook
+from .host import measure_host
 from .measurement import measure
 from .models import MODELS, build_model
 from .quantizer import Quantized, dequantize, quantize
@@ -25,5 +26,6 @@ __all__ = [
     "QSGDConfig", "Quantized", "quantize", "dequantize", "encode", "decode", "payload_nbytes",
     "QSGDError", "ConfigError", "PayloadError", "TraceError", "HookError", "ModelError",
     "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
+    "measure_host",
     "PayloadTrace",
 ]

@@ -28,6 +28,7 @@ import qsgd
 from qsgd.buckets import (DEFAULT_BUCKET_CAP_BYTES, DEFAULT_FIRST_BUCKET_BYTES, DEFAULT_MIN_NUMEL,
                           ddp_buckets, ddp_parameters)
 from qsgd.config import QSGDConfig
+from qsgd.host import measure_host
 from qsgd.errors import ConfigError
 from qsgd.models import build_model, forward_flops, model_name
 from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
@@ -244,6 +245,9 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     extra = {"threads": torch.get_num_threads()}
     if flops > 0:
         extra["forward_flops"] = flops
+    if dev.type == "cpu":
+        # what the study scales this CPU's seconds by, measured once with the trace
+        extra["host"] = measure_host()
     return PayloadTrace(
         model=name, parameters=sum(p.numel() for _, p in params), device=str(dev),
         device_name=device_name(dev), torch_version=torch.__version__, batch_size=batch_size,

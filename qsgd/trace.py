@@ -319,6 +319,12 @@ class PayloadTrace:
         return sum(getattr(it, name) for it in self.iterations) / len(self.iterations)
 
     @property
+    def host(self) -> dict | None:
+        """The measuring CPU's achieved rates (:func:`qsgd.measure_host`): ``matmul_flops``
+        (FLOP/s) and ``copy_bandwidth`` (bytes/s), or None when the trace does not record them."""
+        return self.extra.get("host")
+
+    @property
     def forward_flops(self) -> int | None:
         """FLOPs of one sample's forward pass (optional field ``forward_flops``), if recorded."""
         v = self.extra.get("forward_flops")
@@ -414,6 +420,12 @@ def _parse(d) -> dict:
     min_numel = _int(d, "min_numel", "")
     if "forward_flops" in d:  # optional, written by measure; kept in ``extra``
         _int(d, "forward_flops", "", 1)
+    if "host" in d:  # optional, written by measure on a CPU; kept in ``extra``
+        host = _obj(d["host"], "host")
+        for key in ("matmul_flops", "copy_bandwidth"):
+            v = _get(host, key, "host")
+            if not is_number(v) or not math.isfinite(v) or v <= 0:
+                raise TraceError(f"host.{key} must be a finite number > 0, got {v!r}")
 
     iterations = tuple(TraceIteration.from_dict(it, f"iterations[{j}]")
                        for j, it in enumerate(_list(d, "iterations", "")))

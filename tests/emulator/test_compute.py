@@ -3,7 +3,7 @@ import pytest
 
 import emulator
 import qsgd
-from emulator.compute import ComputeModel, measure_host
+from emulator.compute import ComputeModel
 
 
 def _trace(device="cuda", device_name="NVIDIA A100-SXM4-80GB"):
@@ -53,8 +53,24 @@ def test_measured_is_identity():
 
 
 def test_measure_host_positive():
-    flops, bw = measure_host(0.05)
-    assert flops > 1e8 and bw > 1e8
+    rates = qsgd.measure_host(0.05)
+    assert rates["matmul_flops"] > 1e8 and rates["copy_bandwidth"] > 1e8 and rates["method"]
+
+
+def test_a_cpu_trace_scales_by_the_rates_stored_with_it():
+    """The host rates measured with the trace, not this machine's, set the scale: the same on
+    any machine and in every run."""
+    doc = _trace(device="cpu", device_name="Some CPU").to_dict()
+    doc["host"] = {"matmul_flops": 100e9, "copy_bandwidth": 10e9, "method": "m", "threads": 2}
+    trace = qsgd.PayloadTrace.from_dict(doc)
+    a = ComputeModel.for_device("A100", trace)
+    b = ComputeModel.for_device("A100", trace)
+    assert a == b and a.compute_scale == pytest.approx(100e9 / 19.5e12)
+    assert a.codec_scale == pytest.approx(10e9 / 2.0e12)
+    assert "host measured with the trace at 100.0 GFLOP/s, 10.0 GB/s" in a.source
+    doc["host"]["matmul_flops"] = -1
+    with pytest.raises(qsgd.TraceError, match=r"host\.matmul_flops must be a finite number > 0"):
+        qsgd.PayloadTrace.from_dict(doc)
 
 
 @pytest.mark.parametrize("kw, field", [({"compute_scale": -1.0}, "compute_scale"),
