@@ -22,5 +22,5 @@ fi
 
 status=0
 timeout 300 "$PY" -m pytest -q -m gpu tests/qsgd -p no:cacheprovider 2>&1 | tee "$DEST/gpu_tests.txt" || status=1
-timeout 300 "$PY" -m qsgd_emu.cli bench qsgd --device cuda 2>&1 | tee "$DEST/bench_cuda.txt" || status=1
+timeout 300 "$PY" -m qsgd_emu bench qsgd --device cuda 2>&1 | tee "$DEST/bench_cuda.txt" || status=1
 exit $status

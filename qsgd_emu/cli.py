@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 import sys
 
 #: sub-command -> (module, one-line help). Modules live in :mod:`qsgd_emu.commands`.
@@ -24,9 +25,29 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Help as the user reads it: defaults shown by argparse itself, descriptions as written.
+
+    An option whose default is None or False (a flag) has no value to show; its help says
+    what happens when it is not given.
+    """
+
+    def _get_help_string(self, action):
+        if action.default is None or action.default is False:
+            return action.help
+        return super()._get_help_string(action)
+
+
+def describe(module) -> str:
+    """A command module's docstring as terminal help, without reStructuredText markup
+    (``literal`` quotes, :role:`target` references, the ``::`` of literal blocks)."""
+    text = re.sub(r":\w+:`~?([^`]+)`", r"\1", module.__doc__ or "")
+    return text.replace("``", "").replace("::\n", ":\n").strip()
+
+
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="qsgd-emu",
+        prog="qsgd-emu", formatter_class=HelpFormatter,
         description="QSGD gradient compression and a network emulator that predicts its speedup.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -35,12 +56,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     if argv:
         wanted = next((a for a in argv if not a.startswith("-")), None)
     for name, (module_path, help_text) in COMMANDS.items():
-        p = sub.add_parser(name, help=help_text, description=help_text)
         # Import only the module of the command being run; the others just list their help.
         if name == wanted:
             module = importlib.import_module(module_path)
+            p = sub.add_parser(name, help=help_text, description=describe(module),
+                               formatter_class=HelpFormatter)
             module.add_arguments(p)
             p.set_defaults(_run=module.run)
+        else:
+            sub.add_parser(name, help=help_text, description=help_text)
     return parser
 
 

@@ -30,10 +30,10 @@ from qsgd.config import QSGDConfig
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--numel", type=int, default=1 << 26,
-                        help="elements of the float32 gradient (default 2**26)")
-    parser.add_argument("--bucket-size", type=int, default=512, help="QSGD bucket size d (default 512)")
+                        help="elements of the float32 gradient (2**26 = 67108864)")
+    parser.add_argument("--bucket-size", type=int, default=512, help="QSGD bucket size d")
     parser.add_argument("--repeats", type=int, default=5, help="timed repeats per measurement (median)")
-    parser.add_argument("--device", default=None, help="torch device (default cuda if available, else cpu)")
+    parser.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the gradient and of QSGD")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
 

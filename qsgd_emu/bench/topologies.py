@@ -69,7 +69,7 @@ def bench_case(spec: str, baseline_pairs: int) -> dict:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-gpus", type=int, default=8192,
-                        help="skip cases with more GPUs (default 8192)")
+                        help="skip cases with more GPUs")
     parser.add_argument("--baseline-pairs", type=int, default=16,
                         help="pairs routed by the networkx baseline (extrapolated to all)")
     parser.add_argument("--json", action="store_true", help="print rows as JSON")

@@ -32,8 +32,9 @@ def run(args: argparse.Namespace) -> int:
             raise
         raise ValueError(f"bench target {args.target!r} is not available: module {module_path} "
                          "is not installed") from None
+    from qsgd_emu.cli import HelpFormatter, describe
+
     parser = argparse.ArgumentParser(prog=f"qsgd-emu bench {args.target}",
-                                     description=(module.__doc__ or "").strip().splitlines()[0]
-                                     if module.__doc__ else None)
+                                     description=describe(module), formatter_class=HelpFormatter)
     module.add_arguments(parser)
     return int(module.run(parser.parse_args(args.options)) or 0)

@@ -19,8 +19,8 @@ def _port(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    parser.add_argument("--port", type=_port, default=8050, help="TCP port (default 8050)")
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind")
+    parser.add_argument("--port", type=_port, default=8050, help="TCP port")
     parser.add_argument("--store", default=None, metavar="PATH",
                         help="run store the Live page reads (default $QSGD_EMU_STORE or "
                              ".qsgd-emu/runs.sqlite)")

@@ -27,24 +27,24 @@ DEFAULT_MIN_NUMEL = 10_000
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="resnet50",
                         help="model name (alexnet, vgg19, resnet50, resnet152, resnet110, resnet20, "
-                             "bn_inception, lstm_an4, mlp) or import path pkg.mod:Class (default resnet50)")
+                             "bn_inception, lstm_an4, mlp) or import path pkg.mod:Class")
     parser.add_argument("--input-shape", metavar="D0,D1,...",
                         help="shape of one sample, for a model without input_shape (e.g. 3,224,224)")
     q = parser.add_mutually_exclusive_group()
     q.add_argument("--bits", type=int, help="bits per coordinate, levels = 2**(bits-1) - 1 (default 4)")
     q.add_argument("--levels", type=int, help="quantization levels s (instead of --bits)")
-    parser.add_argument("--bucket-size", type=int, default=512, help="QSGD bucket size d, elements (default 512)")
-    parser.add_argument("--norm", default="max", help="bucket scale: max or l2 (default max)")
-    parser.add_argument("--codec", default="packed", help="packed or elias (default packed)")
-    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N (default auto)")
-    parser.add_argument("--iterations", type=int, default=3, help="recorded iterations (default 3)")
-    parser.add_argument("--warmup", type=int, default=1, help="unrecorded iterations first (default 1)")
+    parser.add_argument("--bucket-size", type=int, default=512, help="QSGD bucket size d, elements")
+    parser.add_argument("--norm", default="max", help="bucket scale: max or l2")
+    parser.add_argument("--codec", default="packed", help="packed or elias")
+    parser.add_argument("--device", default="auto", help="auto, cpu, cuda or cuda:N")
+    parser.add_argument("--iterations", type=int, default=3, help="recorded iterations")
+    parser.add_argument("--warmup", type=int, default=1, help="unrecorded iterations first")
     parser.add_argument("--batch-size", type=int,
                         help="samples per iteration (default 32 on CUDA, 2 on CPU)")
     parser.add_argument("--min-numel", type=int, default=DEFAULT_MIN_NUMEL,
-                        help=f"parameters with fewer elements go uncompressed (default {DEFAULT_MIN_NUMEL})")
-    parser.add_argument("--bucket-cap", default="25MiB", help="DDP bucket cap (default 25MiB)")
-    parser.add_argument("--first-bucket", default="1MiB", help="DDP first-bucket cap (default 1MiB)")
+                        help="parameters with fewer elements go uncompressed")
+    parser.add_argument("--bucket-cap", default="25MiB", help="DDP bucket cap")
+    parser.add_argument("--first-bucket", default="1MiB", help="DDP first-bucket cap")
     parser.add_argument("--bucket-order", default="ready", choices=sorted(BUCKET_ORDERS),
                         help="ready: DDP's rebuilt buckets from the measured gradient order (default); "
                              "reverse: reverse registration order; find_unused: DDP with "

@@ -41,8 +41,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "or a .json/.yaml/.graphml file")
     parser.add_argument("--op", default="allreduce",
                         help="collective: allreduce, allgather, reduce_scatter, broadcast, "
-                             "alltoall (default allreduce)")
-    parser.add_argument("--algorithm", default="ring", help="algorithm (default ring)")
+                             "alltoall")
+    parser.add_argument("--algorithm", default="ring", help="algorithm")
     parser.add_argument("--bytes", metavar="SIZE",
                         help="one collective of SIZE (e.g. 256MB, 64MiB; nccl-tests convention: "
                              "per rank for allreduce, the total for allgather/reduce_scatter)")
@@ -51,10 +51,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--factor", default="2", help="sweep: size ratio, > 1 (nccl-tests -f; "
                         "default 2)")
     parser.add_argument("--dtype", default="float32",
-                        help="sweep: element type of the count column (default float32)")
-    parser.add_argument("--chunks", default="1", help="pipelining chunks per message (default 1)")
+                        help="sweep: element type of the count column")
+    parser.add_argument("--chunks", default="1", help="pipelining chunks per message")
     parser.add_argument("--ranks", metavar="N", help="use GPU ranks 0..N-1 (default all GPUs)")
-    parser.add_argument("--top", default="5", help="busiest links to list (default 5)")
+    parser.add_argument("--top", default="5", help="busiest links to list")
     for option, (_, form, help_text) in _FAULT_FORMS.items():
         parser.add_argument(option, action="append", default=[], metavar=form, help=help_text)
     parser.add_argument("--json", action="store_true", help="print JSON (SI units)")

@@ -38,29 +38,35 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(v.strip() for v in text.split(",") if v.strip())
 
 
-def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False) -> None:
+#: Topologies of a study when --topology is not given.
+DEFAULT_TOPOLOGIES = ("cluster:dgx_a100x{N}",)
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
+                  topologies: tuple = DEFAULT_TOPOLOGIES) -> None:
     if not demo:
         src = parser.add_mutually_exclusive_group(required=True)
         src.add_argument("--trace", metavar="PATH", help="a PayloadTrace from qsgd-emu measure")
         src.add_argument("--model", help="measure this model first (name or pkg.mod:Class)")
-    parser.add_argument("--measure-bits", type=int, default=4, help="QSGD bits when measuring (default 4)")
-    parser.add_argument("--batch-size", type=int, help="samples per iteration when measuring (default 2 on CPU)")
-    parser.add_argument("--iterations", type=int, default=2, help="measured iterations (default 2)")
+    parser.add_argument("--measure-bits", type=int, default=4, help="QSGD bits when measuring")
+    parser.add_argument("--batch-size", type=int,
+                        help="samples per iteration when measuring (default: 32 on CUDA, 2 on CPU)")
+    parser.add_argument("--iterations", type=int, default=2, help="measured iterations")
     parser.add_argument("--topology", action="append", metavar="SPEC",
-                        help="topology spec, repeatable; {N} = nodes for the world size "
-                             "(default cluster:dgx_a100x{N})")
-    parser.add_argument("--world-sizes", type=_ints("world-sizes"), default=(8, 64, 512),
-                        help="comma-separated GPU counts (default 8,64,512)")
-    parser.add_argument("--bits", type=_ints("bits"), default=(32, 16, 8, 4, 2),
-                        help="32 = fp32, 16 = fp16 (and QSGD 16), 2..15 QSGD (default 32,16,8,4,2)")
-    parser.add_argument("--transports", type=_names, default=TRANSPORT_NAMES,
-                        help=f"comma-separated, of {','.join(TRANSPORT_NAMES)} (default all)")
+                        help="topology spec, repeatable; {N} = machines for the world size, {n} = "
+                             f"GPUs (default: {' and '.join(topologies)})")
+    parser.add_argument("--world-sizes", type=_ints("world-sizes"), default="8,64,512",
+                        help="comma-separated GPU counts")
+    parser.add_argument("--bits", type=_ints("bits"), default="32,16,8,4,2",
+                        help="32 = fp32, 16 = fp16 (and QSGD 16), 2..15 QSGD")
+    parser.add_argument("--transports", type=_names, default=",".join(TRANSPORT_NAMES),
+                        help="comma-separated transports")
     parser.add_argument("--device", default="measured",
                         help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
-    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm of fp32/fp16 (default ring)")
+    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm of fp32/fp16")
     parser.add_argument("--out", metavar="DIR", default=None if not demo else "out/demo", type=output_dir,
                         required=not demo, help="output directory")
-    parser.add_argument("--workers", type=int, default=1, help="local processes (default 1)")
+    parser.add_argument("--workers", type=int, default=1, help="local processes")
     parser.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://host:8786")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
 
@@ -104,7 +110,7 @@ def run_with(args, trace) -> int:
     compute = emulator.ComputeModel.for_device(args.device, trace)
     cfg = emulator.StudyConfig(trace=trace, world_sizes=args.world_sizes, bits=args.bits,
                                transports=args.transports,
-                               topologies=tuple(args.topology or ("cluster:dgx_a100x{N}",)),
+                               topologies=tuple(args.topology or DEFAULT_TOPOLOGIES),
                                device=args.device, algorithm=args.algorithm, compute=compute)
     study = emulator.run_study(cfg, progress=ProgressBar("study"), workers=args.workers,
                                cluster=args.cluster)

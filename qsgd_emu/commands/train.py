@@ -6,7 +6,7 @@ Three ways to launch:
 - N local gloo ranks started by the command itself: ``qsgd-emu train --spawn 4 ...``;
 - ``torchrun`` (gloo on CPU, NCCL when CUDA is there)::
 
-      torchrun --nproc-per-node 4 -m qsgd_emu.cli train --compression qsgd --bits 4 \\
+      torchrun --nproc-per-node 4 -m qsgd_emu train --compression qsgd --bits 4 \\
           --transport scatter_reduce_allgather --store runs.sqlite
 
   On SLURM, one torchrun per node, rendezvous on the first node (PyTorch's torchrun docs)::
@@ -15,7 +15,7 @@ Three ways to launch:
       head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
       srun torchrun --nnodes "$SLURM_NNODES" --nproc-per-node 8 \\
           --rdzv-backend c10d --rdzv-id "$SLURM_JOB_ID" --rdzv-endpoint "$head:29500" \\
-          -m qsgd_emu.cli train --compression qsgd --bits 4 --store "$HOME/runs.sqlite"
+          -m qsgd_emu train --compression qsgd --bits 4 --store "$HOME/runs.sqlite"
 
 Rank 0 writes every step (loss, test accuracy, bytes sent, iteration time, samples/s and the
 emulator's predicted iteration time) into the run store that ``qsgd-emu dashboard`` reads.
@@ -33,21 +33,28 @@ from testbench.training.datasets import DATASETS
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="mlp", help="a qsgd.MODELS name sized to the dataset (mlp)")
-    parser.add_argument("--dataset", default="digits", choices=sorted(DATASETS))
-    parser.add_argument("--compression", default="qsgd", choices=sorted(COMPRESSIONS))
+    parser.add_argument("--dataset", default="digits", choices=sorted(DATASETS),
+                        help="offline dataset: scikit-learn's 8x8 digits, or a synthetic one")
+    parser.add_argument("--compression", default="qsgd", choices=sorted(COMPRESSIONS),
+                        help="gradient transport: DDP's fp32 allreduce, fp16_compress_hook, "
+                             "PowerSGD, or the QSGD hook")
     parser.add_argument("--bits", type=int, default=4, help="QSGD bits per coordinate (8, 4, 2, ...)")
     parser.add_argument("--transport", default="allgather",
-                        choices=["allgather", "scatter_reduce_allgather"])
-    parser.add_argument("--epochs", type=int, default=5)
+                        choices=["allgather", "scatter_reduce_allgather"],
+                        help="how the QSGD hook moves payloads: all-gather every payload, or "
+                             "scatter chunks to owners that reduce and re-quantize, then all-gather")
+    parser.add_argument("--epochs", type=int, default=5, help="passes over the training set")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per step")
-    parser.add_argument("--lr", type=float, default=0.1)
-    parser.add_argument("--momentum", type=float, default=0.9)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
+    parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="seeds the model, the data split and order, and QSGD's randomness")
     parser.add_argument("--eval-every", type=int, default=0,
-                        help="also evaluate every K steps (default: at each epoch's end)")
+                        help="also evaluate every K steps (0: at each epoch's end only)")
     parser.add_argument("--hidden", default="256,128", help="MLP hidden widths, comma-separated")
     parser.add_argument("--bucket-size", type=int, default=512, help="QSGD coordinates per scale")
-    parser.add_argument("--codec", default="packed", choices=["packed", "elias"])
+    parser.add_argument("--codec", default="packed", choices=["packed", "elias"],
+                        help="QSGD wire coding: fixed-width packing or Elias integer codes")
     parser.add_argument("--min-numel", type=int, default=10_000,
                         help="tensors with fewer elements are sent uncompressed")
     parser.add_argument("--warmup-steps", type=int, default=0, help="plain allreduce steps first")

@@ -12,7 +12,7 @@ Actions::
         [--html report.html] [--per-op] [--min-bytes 1MB] [--json]
 
 SLURM: ``srun --ntasks-per-node=G torchrun --nnodes=$SLURM_NNODES --nproc-per-node=G
---rdzv-backend=c10d --rdzv-endpoint=$MASTER:29500 -m qsgd_emu.cli validate run --out t.json``
+--rdzv-backend=c10d --rdzv-endpoint=$MASTER:29500 -m qsgd_emu validate run --out t.json``
 (NCCL is used when CUDA is available, gloo otherwise).
 """
 from __future__ import annotations
@@ -60,7 +60,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="comma list of sizes to fit on (default smallest and largest)")
         p.add_argument("--ops", default=None, help="comma list of ops to fit on (default all)")
         p.add_argument("--algorithm", default=None, help="algorithm run (default each point's: ring)")
-        p.add_argument("--predictor", default="simulate", choices=("simulate", "closed_form"))
+        p.add_argument("--predictor", default="simulate", choices=("simulate", "closed_form"),
+                       help="predict each point with the flow-level engine or the alpha-beta "
+                            "closed form")
         p.add_argument("--out", default=None, type=output_file,
                        help="write the calibration / report JSON here")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -85,13 +87,16 @@ def harness_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--train-bits", default="4",
                         help="QSGD bit widths to time against fp32 ('' for no training steps)")
     parser.add_argument("--train-transport", default="allgather",
-                        choices=("allgather", "scatter_reduce_allgather"))
+                        choices=("allgather", "scatter_reduce_allgather"),
+                        help="the QSGD hook's transport in the timed training steps")
     parser.add_argument("--width", type=int, default=1024, help="hidden units of the wide MLP")
     parser.add_argument("--depth", type=int, default=3, help="hidden layers of the wide MLP")
     parser.add_argument("--batch-size", type=int, default=16, help="samples per rank per step")
-    parser.add_argument("--train-warmup", type=int, default=2)
-    parser.add_argument("--train-steps", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--train-warmup", type=int, default=2,
+                        help="untimed training steps per transport")
+    parser.add_argument("--train-steps", type=int, default=5,
+                        help="timed training steps per transport (their median is reported)")
+    parser.add_argument("--seed", type=int, default=0, help="seeds the MLP, its data and QSGD")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="process-group timeout, seconds (a dead peer fails, never hangs)")
     parser.add_argument("--topology", default=None,
