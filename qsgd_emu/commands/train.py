@@ -116,10 +116,14 @@ def _rank_main(rank: int, world: int, cfg, store_path, run_id, topology):
         raise
     summary.pop("checkpoint", None)
     summary["run_id"] = run_id
+    summary["topology"] = None if predictor is None else (topology or f"switch:{world}")
     if store is not None:
         store.finish_run(run_id, "finished", update={
             "final_test_accuracy": summary["final_test_accuracy"], "final_loss": summary["final_loss"],
-            "bytes_sent_per_step": summary["bytes_sent_per_step"], "steps": summary["steps"]})
+            "bytes_sent_per_step": summary["bytes_sent_per_step"], "steps": summary["steps"],
+            "iteration_s": summary["iteration_s"],
+            "predicted_iteration_s": summary["predicted_iteration_s"],
+            "topology": summary["topology"]})
     return summary
 
 
@@ -134,8 +138,14 @@ def _print(summary: dict, as_json: bool) -> None:
     print(f"  final loss          {summary['final_loss']:.4f}")
     print(f"  final test accuracy {summary['final_test_accuracy'] * 100:.2f} %")
     print(f"  bytes sent / step   {summary['bytes_sent_per_step']:,.0f} bytes per rank")
-    if summary.get("iteration_s") is not None:
-        print(f"  iteration time      {summary['iteration_s'] * 1e3:.3f} ms (median)")
+    measured, predicted = summary.get("iteration_s"), summary.get("predicted_iteration_s")
+    if measured is not None:
+        print(f"  iteration time      {measured * 1e3:.3f} ms measured (median)")
+    if measured and predicted is not None:
+        print(f"  predicted           {predicted * 1e3:.3f} ms by the emulator on "
+              f"{summary['topology']} ({predicted / measured - 1:+.1%} against measured)")
+    elif measured is not None:
+        print("  predicted           - (no emulator prediction for this run)")
 
 
 def run(args) -> int:

@@ -240,6 +240,9 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
         "bytes_sent_per_step": float(np.mean(bytes_steps)) if bytes_steps else 0.0,
         "payload_bytes_per_step": float(np.mean([h["payload_bytes"] for h in done])) if done else 0.0,
         "iteration_s": float(np.median([h["iteration_s"] for h in done])) if done else None,
+        "predicted_iteration_s": (float(np.median(predicted)) if (predicted := [
+            h["predicted_iteration_s"] for h in done
+            if h.get("predicted_iteration_s") is not None]) else None),
         "train_s": train_s, "parameter_digest": digest,
         "checkpoint": {"model": model.state_dict(), "optimizer": opt.state_dict(),
                        "hook": comp.state_dict(), "step": step},

@@ -75,6 +75,25 @@ def check_logged_run(summary, run, steps, label):
     assert run["config"]["world_size"] == P and run["config"]["steps"] == n
     assert run["config"]["final_test_accuracy"] == pytest.approx(summary["final_test_accuracy"])
     assert run["config"]["bytes_sent_per_step"] == pytest.approx(summary["bytes_sent_per_step"])
+    # the run ends with measured against predicted step time, and stores both
+    predicted = sorted(s["metrics"]["predicted_iteration_s"] for s in steps)
+    assert summary["predicted_iteration_s"] == pytest.approx(
+        (predicted[(n - 1) // 2] + predicted[n // 2]) / 2)
+    assert summary["topology"] == f"switch:{P}"
+    assert run["config"]["iteration_s"] == pytest.approx(summary["iteration_s"])
+    assert run["config"]["predicted_iteration_s"] == pytest.approx(summary["predicted_iteration_s"])
+    assert run["config"]["topology"] == f"switch:{P}"
+
+
+def test_the_table_ends_with_measured_against_predicted(store_path):
+    code, out, err = _main(["train", "--spawn", str(P), "--epochs", "1", "--batch-size", str(BATCH),
+                            "--store", str(store_path)])
+    assert code == 0, err
+    lines = out.splitlines()
+    measured = next(ln for ln in lines if ln.strip().startswith("iteration time"))
+    predicted = next(ln for ln in lines if ln.strip().startswith("predicted"))
+    assert "ms measured (median)" in measured
+    assert f"ms by the emulator on switch:{P} (" in predicted and "against measured)" in predicted
 
 
 def bytes_per_step(steps) -> list[int]:
