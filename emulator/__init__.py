@@ -23,7 +23,7 @@ from .network import Network
 from .replaying import TRANSPORTS, Prediction, replay
 from .report import write_report
 from .result import CollectiveResult
-from .study import StudyConfig, run_study, topology_for
+from .study import StudyConfig, placement_notes, run_study, topology_for
 from .studyresult import Study, StudyRow, read_study
 from . import figures
 from .sweep import size_sweep
@@ -36,7 +36,7 @@ __all__ = [
     "Route", "Transfer", "Schedule", "ALGORITHMS", "build_schedule", "busbw_factor", "closed_form",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep",
-    "ComputeModel", "DEVICES", "Network", "replay", "Prediction", "TRANSPORTS", "StudyConfig", "run_study",
+    "ComputeModel", "DEVICES", "Network", "replay", "Prediction", "TRANSPORTS", "StudyConfig", "run_study", "placement_notes",
     "topology_for", "Study", "StudyRow", "read_study", "write_report", "figures",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",

@@ -141,6 +141,36 @@ def topology_for(spec: str, world_size: int):
     return G
 
 
+def placement_notes(config: StudyConfig) -> list[str]:
+    """Sentences on world sizes that leave part of a machine idle (``{N}`` specs only).
+
+    Examples
+    --------
+    >>> import emulator, qsgd
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="cpu", seed=0)
+    >>> emulator.placement_notes(emulator.StudyConfig(
+    ...     trace=trace, world_sizes=(3, 8, 12), topologies=("cluster:dgx_a100x{N}",)))
+    ['cluster:dgx_a100x{N} at 3 GPUs: 3 of the 8 GPUs of 1 machine take part, 5 idle',
+     'cluster:dgx_a100x{N} at 12 GPUs: 12 of the 16 GPUs of 2 machines take part, 4 idle']
+    """
+    import topologies
+
+    notes = []
+    for spec in config.topologies:
+        if "{N}" not in spec:
+            continue
+        per_node = len(topologies.gpus(topologies.from_spec(spec.replace("{N}", "1").replace(
+            "{n}", "1"))))
+        for w in config.world_sizes:
+            machines = math.ceil(w / per_node)
+            if w % per_node:
+                notes.append(f"{spec} at {w} GPUs: {w} of the {machines * per_node} GPUs of "
+                             f"{machines} machine{'s' if machines > 1 else ''} take part, "
+                             f"{machines * per_node - w} idle")
+    return notes
+
+
 def run_task(task: tuple) -> list[tuple]:
     """Predictions of one task: ``task = (config, spec, world_size, combos)``.
 

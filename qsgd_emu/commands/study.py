@@ -112,6 +112,8 @@ def run_with(args, trace) -> int:
                                transports=args.transports,
                                topologies=tuple(args.topology or DEFAULT_TOPOLOGIES),
                                device=args.device, algorithm=args.algorithm, compute=compute)
+    for note in emulator.placement_notes(cfg):
+        print(f"note: {note}", file=sys.stderr)
     study = emulator.run_study(cfg, progress=ProgressBar("study"), workers=args.workers,
                                cluster=args.cluster)
     os.makedirs(args.out, exist_ok=True)

@@ -64,3 +64,14 @@ def test_train_help_shows_torchrun_and_slurm():
     code, out, _ = run_cli(["train", "--help"])
     assert code == 0
     assert "torchrun --nproc-per-node" in out and "srun torchrun" in out and "#SBATCH" in out
+
+
+def test_the_license_is_an_spdx_string():
+    """A license table draws setuptools' deprecation warning on every install (PEP 639)."""
+    import tomllib
+
+    from tests.qsgd_emu.test_readme import ROOT
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["license"] == "Apache-2.0"
+    assert any(r.startswith("setuptools>=77") for r in project["build-system"]["requires"])
