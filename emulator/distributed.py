@@ -14,7 +14,8 @@ from emulator.errors import ConfigError
 
 
 def map_on_cluster(fn: Callable, tasks: Sequence, address: str, *,
-                   on_done: Callable[[], None] | None = None, timeout_s: float = 30.0) -> list:
+                   on_done: Callable[[int, object], None] | None = None,
+                   timeout_s: float = 30.0) -> list:
     """``[fn(t) for t in tasks]`` computed on the Dask scheduler at ``address``, in task order.
 
     Parameters
@@ -24,7 +25,7 @@ def map_on_cluster(fn: Callable, tasks: Sequence, address: str, *,
     address : str
         Scheduler address, e.g. ``"tcp://127.0.0.1:8786"``.
     on_done : callable, optional
-        Called once per finished task (progress).
+        ``on_done(index, result)`` once per finished task, as it finishes (progress).
     timeout_s : float
         Seconds to wait for the scheduler to answer.
     """
@@ -43,9 +44,10 @@ def map_on_cluster(fn: Callable, tasks: Sequence, address: str, *,
         index = {f.key: i for i, f in enumerate(futures)}
         results = [None] * len(futures)
         for fut in as_completed(futures):
-            results[index[fut.key]] = fut.result()
+            i = index[fut.key]
+            results[i] = fut.result()
             if on_done is not None:
-                on_done()
+                on_done(i, results[i])
         return results
     finally:
         client.close()

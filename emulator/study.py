@@ -10,6 +10,7 @@ identical tables; :mod:`emulator.studyresult` documents the columns and their un
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -18,7 +19,7 @@ from emulator.errors import ConfigError
 from emulator.network import Network
 from emulator.replaying import TRANSPORTS, replay
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
-from ._checks import is_int
+from ._checks import is_int, is_number
 
 DENSE_BITS = {"fp32": 32, "fp16": 16}
 
@@ -236,18 +237,113 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
 
 
 # ---------------------------------------------------------------- the study
-def run_study(config: StudyConfig, *, progress: Callable[[int, int], None] | None = None,
-              workers: int = 1, cluster: str | None = None) -> Study:
+#: How a task's work grows with its GPUs p: every schedule here (rings, trees, all-to-all, the
+#: QSGD transports) has O(p) steps of p transfers, so O(p**2) transfers to route and time.
+COST_EXPONENT = 2
+
+
+@dataclass(frozen=True)
+class StudyEstimate:
+    """How long the rest of a study should take, from its smallest world size timed first.
+
+    Attributes
+    ----------
+    seconds : float
+        Estimated wall seconds of the remaining tasks on the workers given.
+    parts : tuple of (str, float)
+        ``(task label, estimated seconds)`` of the remaining tasks, largest first.
+    basis : str
+        What the estimate extrapolates from.
+    by_task : dict
+        Task index -> estimated seconds, for the remaining tasks.
+    """
+
+    seconds: float
+    parts: tuple
+    basis: str
+    by_task: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def advice(self, limit_s: float) -> str:
+        """Why the study is refused, and how to make it smaller."""
+        big = "; ".join(f"{label} ~{_minutes(s)}" for label, s in self.parts[:3])
+        return (f"the study would take about {_minutes(self.seconds)} on this machine "
+                f"({self.basis}), more than the limit of {_minutes(limit_s)}. The largest parts: "
+                f"{big}. Make it smaller: fewer or smaller --world-sizes, fewer --transports or "
+                f"--bits, more --workers, or a larger --time-limit.")
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
+def _label(task) -> str:
+    _, spec, w, combos = task
+    return f"{spec} at {w} GPUs, {combos[0][1]}"
+
+
+def estimate(tasks: list, seconds: dict, workers: int) -> StudyEstimate:
+    """Seconds the tasks not in ``seconds`` should take, from those that are.
+
+    Parameters
+    ----------
+    tasks : list
+        The study's tasks ``(config, spec, world_size, combos)``.
+    seconds : dict
+        Task index -> measured wall seconds, for the tasks already run (at least one per
+        (topology, transport)).
+    workers : int
+        Tasks run at once.
+    """
+    base = {}
+    for i, s in seconds.items():
+        _, spec, w, combos = tasks[i]
+        key = (spec, combos[0][1])
+        if key not in base or w < base[key][0]:
+            base[key] = (w, s)
+    by_task = {}
+    for i, task in enumerate(tasks):
+        if i in seconds:
+            continue
+        _, spec, w, combos = task
+        w0, s0 = base[(spec, combos[0][1])]
+        by_task[i] = s0 * (w / w0) ** COST_EXPONENT
+    parts = sorted(((_label(tasks[i]), s) for i, s in by_task.items()), key=lambda p: -p[1])
+    total = sum(s for _, s in parts)
+    # the largest task bounds the wall time from below whatever the number of workers
+    wall = max(total / max(1, workers), parts[0][1] if parts else 0.0)
+    sizes = sorted({tasks[i][2] for i in seconds})
+    basis = (f"its {', '.join(map(str, sizes))}-GPU tasks took {sum(seconds.values()):.1f} s; "
+             f"work grows as GPUs**{COST_EXPONENT}")
+    return StudyEstimate(wall, tuple(parts), basis, by_task)
+
+
+def _timed(task) -> tuple[float, list]:
+    """``run_task`` and its wall seconds, measured where it runs."""
+    t0 = time.perf_counter()
+    out = run_task(task)
+    return time.perf_counter() - t0, out
+
+
+def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = None,
+              workers: int = 1, cluster: str | None = None,
+              time_limit_s: float | None = None) -> Study:
     """Run every task of ``config``; the :class:`~emulator.Study` of its rows.
+
+    The tasks of the smallest world size run first; from their times the rest is estimated
+    (:func:`estimate`), and the study stops with a :class:`ConfigError` saying how to make it
+    smaller when that exceeds ``time_limit_s``.
 
     Parameters
     ----------
     progress : callable, optional
-        ``progress(done, total)`` after each task (one per topology, world size and transport).
+        ``progress(done, total, eta_s)`` after each task (one per topology, world size and
+        transport); ``eta_s`` is the estimated seconds left (None until it is known).
     workers : int
         Local processes (1: in this process).
     cluster : str, optional
         Address of a Dask scheduler (``"tcp://host:8786"``); tasks run there.
+    time_limit_s : float, optional
+        Refuse a study estimated to take longer (wall seconds), before its larger tasks start.
 
     Returns
     -------
@@ -283,36 +379,56 @@ def run_study(config: StudyConfig, *, progress: Callable[[int, int], None] | Non
     tasks = _tasks(config)
     for spec in config.topologies:  # a bad spec fails here, before any work is sent out
         topology_for(spec, min(config.world_sizes) if "{" in spec else max(config.world_sizes))
+    if time_limit_s is not None and (not is_number(time_limit_s) or not time_limit_s > 0):
+        raise ConfigError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
     total = len(tasks)
-    done = 0
+    results: list = [None] * total
+    seconds: dict = {}
+    first = min(config.world_sizes)
+    pilot = [i for i, task in enumerate(tasks) if task[2] == first]
+    rest = [i for i in range(total) if tasks[i][2] != first]
+    left: dict = {}          # remaining task -> estimated seconds, once the pilot has run
 
-    def tick():
-        nonlocal done
-        done += 1
+    def done(i, wall_s, out):
+        results[i], seconds[i] = out, wall_s
+        left.pop(i, None)
         if progress is not None:
-            progress(done, total)
+            eta = None
+            if len(seconds) >= len(pilot):
+                eta = max(sum(left.values()) / workers, max(left.values(), default=0.0))
+            progress(len(seconds), total, eta)
 
+    _run_tasks(tasks, pilot, done, workers, cluster)
+    if rest:
+        plan = estimate(tasks, {i: seconds[i] for i in pilot}, workers)
+        if time_limit_s is not None and plan.seconds > time_limit_s:
+            raise ConfigError(plan.advice(time_limit_s))
+        left.update(plan.by_task)
+    # Largest first: the longest tasks start at once and the short ones fill the gaps
+    # (longest-processing-time-first scheduling).
+    _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster)
+    return _rows(config, results)
+
+
+def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster) -> None:
+    """Run ``tasks[i]`` for ``i`` in ``order`` here, in local processes or on a Dask cluster;
+    ``done(i, wall_s, result)`` as each finishes."""
+    if not order:
+        return
     if cluster is not None:
         from emulator.distributed import map_on_cluster
 
-        results = map_on_cluster(run_task, tasks, cluster, on_done=tick)
-    elif workers == 1 or total == 1:
-        results = []
-        for t in tasks:
-            results.append(run_task(t))
-            tick()
+        map_on_cluster(_timed, [tasks[i] for i in order], cluster,
+                       on_done=lambda k, value: done(order[k], *value))
+    elif workers == 1 or len(order) == 1:
+        for i in order:
+            done(i, *_timed(tasks[i]))
     else:
         import concurrent.futures as cf
         import multiprocessing
 
-        results = [None] * total
         ctx = multiprocessing.get_context("spawn")  # no forked torch/numba thread pools
-        # Largest world sizes first: the longest tasks start at once and the short ones fill
-        # the gaps (longest-processing-time-first scheduling).
-        order = sorted(range(total), key=lambda i: -tasks[i][2])
-        with cf.ProcessPoolExecutor(max_workers=min(workers, total), mp_context=ctx) as pool:
-            futs = {pool.submit(run_task, tasks[i]): i for i in order}
+        with cf.ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=ctx) as pool:
+            futs = {pool.submit(_timed, tasks[i]): i for i in order}
             for f in cf.as_completed(futs):
-                results[futs[f]] = f.result()
-                tick()
-    return _rows(config, results)
+                done(futs[f], *f.result())

@@ -67,24 +67,32 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
     parser.add_argument("--out", metavar="DIR", default=None if not demo else "out/demo", type=output_dir,
                         required=not demo, help="output directory")
     parser.add_argument("--workers", type=int, default=1, help="local processes")
+    parser.add_argument("--time-limit", type=float, default=60.0, metavar="MINUTES",
+                        help="refuse a study estimated (from its smallest world size, timed "
+                             "first) to take longer, and say how to make it smaller")
     parser.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://host:8786")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
 class ProgressBar:
-    """A one-line progress bar on a stream (stderr): ``[#####     ] 3/6 tasks 1.2 s``."""
+    """A one-line progress bar on a stream (stderr): ``[#####     ] 3/6 tasks 1.2 s, ~40 s left``."""
 
     def __init__(self, label: str, stream=None, width: int = 30):
         self.label, self.stream, self.width = label, stream or sys.stderr, width
         self.t0 = time.perf_counter()
 
-    def __call__(self, done: int, total: int) -> None:
+    def __call__(self, done: int, total: int, eta_s: float | None = None) -> None:
         filled = self.width * done // max(total, 1)
+        left = "" if eta_s is None or done >= total else f", ~{_duration(eta_s)} left"
         self.stream.write(f"\r{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {done}/{total} "
-                          f"{time.perf_counter() - self.t0:.1f} s")
+                          f"{time.perf_counter() - self.t0:.1f} s{left}   ")
         if done >= total:
             self.stream.write("\n")
         self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def measure_trace(model: str, bits: int, batch_size: int | None, iterations: int, seed: int = 0):
@@ -114,8 +122,10 @@ def run_with(args, trace) -> int:
                                device=args.device, algorithm=args.algorithm, compute=compute)
     for note in emulator.placement_notes(cfg):
         print(f"note: {note}", file=sys.stderr)
+    if not args.time_limit > 0:
+        raise ValueError(f"--time-limit {args.time_limit!r} must be > 0 minutes")
     study = emulator.run_study(cfg, progress=ProgressBar("study"), workers=args.workers,
-                               cluster=args.cluster)
+                               cluster=args.cluster, time_limit_s=60 * args.time_limit)
     os.makedirs(args.out, exist_ok=True)
     study.save_csv(os.path.join(args.out, "study.csv"))
     study.save_json(os.path.join(args.out, "study.json"))

@@ -146,8 +146,8 @@ def test_topology_placeholder_sizes_the_cluster():
 # ---------------------------------------------------------------- who runs the tasks
 def test_serial_and_two_local_processes_give_the_same_table(rows):
     ticks1, ticks2 = [], []
-    serial = run_study(grid(), progress=lambda d, t: ticks1.append((d, t)))
-    parallel = run_study(grid(), workers=2, progress=lambda d, t: ticks2.append((d, t)))
+    serial = run_study(grid(), progress=lambda d, t, eta: ticks1.append((d, t)))
+    parallel = run_study(grid(), workers=2, progress=lambda d, t, eta: ticks2.append((d, t)))
     assert serial.rows == rows
     assert parallel.rows == serial.rows
     assert ticks1 == [(k, 12) for k in range(1, 13)]
@@ -165,7 +165,7 @@ def test_a_real_local_dask_cluster_gives_the_same_rows(rows, tmp_path, capsys):
         addr = cluster.scheduler_address
         assert addr.startswith("tcp://")
         ticks = []
-        got = run_study(grid(), cluster=addr, progress=lambda d, t: ticks.append(d))
+        got = run_study(grid(), cluster=addr, progress=lambda d, t, eta: ticks.append(d))
         assert got.rows == rows and ticks == list(range(1, 13))
         trace_path = tmp_path / "trace.json"
         TRACE.save(trace_path)
@@ -513,3 +513,47 @@ def test_study_command_timeline_uses_the_rows_compute_model(tmp_path, capsys):
     assert fwd + bwd == pytest.approx(rows_[0].compute_s * 6.2 / 6.3, rel=1e-9)
     # and the timeline shows a QSGD row (the fastest of them), not fp32
     assert "timeline of one iteration: qsgd_" in timeline["layout"]["title"]["text"]
+
+
+# ---------------------------------------------------------------- estimates and limits
+def test_estimate_extrapolates_from_the_smallest_world_size():
+    from emulator.study import COST_EXPONENT, estimate
+
+    cfg = grid()
+    tasks = [(cfg, "s", 2, ((32, "fp32"),)), (cfg, "s", 2, ((4, "qsgd_allgather"),)),
+             (cfg, "s", 8, ((32, "fp32"),)), (cfg, "s", 8, ((4, "qsgd_allgather"),))]
+    plan = estimate(tasks, {0: 0.5, 1: 2.0}, workers=1)
+    grow = (8 / 2) ** COST_EXPONENT
+    assert plan.by_task == pytest.approx({2: 0.5 * grow, 3: 2.0 * grow})
+    assert plan.seconds == pytest.approx(2.5 * grow)
+    assert plan.parts[0] == ("s at 8 GPUs, qsgd_allgather", pytest.approx(2.0 * grow))
+    # many workers: the largest task still bounds the wall time
+    assert estimate(tasks, {0: 0.5, 1: 2.0}, workers=8).seconds == pytest.approx(2.0 * grow)
+
+
+def test_a_study_over_its_time_limit_stops_after_the_pilot_and_says_how_to_shrink():
+    ticks = []
+    with pytest.raises(emulator.ConfigError) as err:
+        run_study(grid(), time_limit_s=1e-9, progress=lambda d, t, eta: ticks.append((d, eta)))
+    text = str(err.value)
+    assert "the study would take about" in text and "more than the limit of 0 s" in text
+    assert "at 4 GPUs" in text and "Make it smaller: fewer or smaller --world-sizes" in text
+    # only the 2-GPU tasks (2 topologies x 3 transports) ran
+    assert [d for d, _ in ticks] == list(range(1, 7)) and ticks[-1][1] is not None
+
+
+def test_progress_carries_an_estimate_of_the_time_left(rows):
+    seen = []
+    run_study(grid(), progress=lambda d, t, eta: seen.append((d, t, eta)))
+    assert [eta is None for _, _, eta in seen[:5]] == [True] * 5
+    assert all(eta is not None and eta >= 0 for _, _, eta in seen[5:])
+    assert seen[-1][2] == 0.0
+
+
+def test_study_command_time_limit(tmp_path, capsys):
+    trace_path = tmp_path / "trace.json"
+    TRACE.save(trace_path)
+    code = cli.main(_study_argv(trace_path, tmp_path / "o") + ["--time-limit", "1e-9"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "the study would take about" in err and "--time-limit" in err
