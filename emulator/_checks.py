@@ -70,8 +70,9 @@ def seconds_list(value, path: str) -> list[float]:
 # -- files -------------------------------------------------------------------------------------
 def save_json(doc, path) -> None:
     """Write ``doc`` as JSON through a temporary file renamed into place: a reader never sees
-    half a file, and a failed write leaves nothing behind."""
+    half a file, and a failed write leaves nothing behind. Missing folders are made."""
     path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         with open(tmp, "w", encoding="utf-8") as f:

@@ -87,6 +87,7 @@ def write_report(study: Study, path: str | os.PathLike, *, title: str = "QSGD wh
            f"<h1>{html.escape(title)}</h1><ul class='conclusions'>{headline}</ul>"
            f"<p>{html.escape(notes)}</p>" + "".join(parts)
            + f"<h2>Rows</h2><p>{html.escape(LEGEND)}</p>" + table + "</body></html>")
+    os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
     with open(path, "w", encoding="utf-8") as f:
         f.write(doc)
     return str(path)

@@ -358,8 +358,10 @@ class PayloadTrace:
         return cls(**_parse(d))
 
     def save(self, path: str | os.PathLike) -> None:
-        """Write the trace as JSON to ``path`` (atomically: a temporary file, then rename)."""
+        """Write the trace as JSON to ``path`` (atomically: a temporary file, then rename),
+        making its folder when missing."""
         path = os.fspath(path)
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp{os.getpid()}"
         try:
             with open(tmp, "w", encoding="utf-8") as fh:

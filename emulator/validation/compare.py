@@ -114,6 +114,7 @@ class ValidationReport:
 
     def write_html(self, path) -> None:
         """Write the figure as a self-contained HTML file (plotly.js inlined, works offline)."""
+        os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
         self.figure().write_html(os.fspath(path), include_plotlyjs=True, full_html=True)
 
 

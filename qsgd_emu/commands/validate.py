@@ -231,6 +231,7 @@ def _calibrate(args) -> int:
                     predictor=args.predictor)
     d = cal.to_dict()
     if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w") as f:
             json.dump(d, f, indent=1)
     if args.json:
