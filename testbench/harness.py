@@ -318,7 +318,8 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
 
         def waits():
             hook_stats.append(dict(state.last_stats))
-            return hook_stats[-1]["waits"]
+            return [(c["issued"], c["issued"], c["done"]) for rec in hook_stats[-1]["timeline"]
+                    for c in rec["collectives"]]
         samples, busy, overlaps, coll = _timed_steps(step, cfg.train_warmup, cfg.train_steps,
                                                      dist, waits if state is not None else None)
         if state is not None:
@@ -339,8 +340,8 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
                 extra["collectives_s"] = [statistics.median(c) for c in zip(*coll)]
             # the hook's own timings: each rank's median step, then the slowest rank
             med = {f"hook_{k}": statistics.median(h[k] for h in hook_stats)
-                   for k in ("encode_s", "decode_s", "comm_s")}
-            med["local_s"] = statistics.median(h["hook_s"] - h["comm_s"] for h in hook_stats)
+                   for k in ("encode_s", "decode_s", "wait_s")}
+            med["local_s"] = statistics.median(h["encode_s"] + h["decode_s"] for h in hook_stats)
             extra.update(zip(med, _group_max(list(med.values()), dist)))
         points.append(TrainingPoint(model=f"mlp{cfg.depth}x{cfg.width}", transport=transport,
                                     bits=bits, iteration_s=statistics.median(samples),

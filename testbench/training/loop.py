@@ -204,7 +204,8 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             iteration_s = time.perf_counter() - t0
-            comm_s = float(getattr(comp.state, "last_stats", {}).get("comm_s", 0.0)) \
+            # what backward's end waited for the QSGD hook's collectives (exposed communication)
+            comm_s = float(getattr(comp.state, "last_stats", {}).get("wait_s", 0.0)) \
                 if cfg.compression == "qsgd" else 0.0
             reduced = loss.detach().clone()
             if world > 1:
