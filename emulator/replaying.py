@@ -18,8 +18,11 @@ The model of an iteration (PyTorch DDP with an asynchronous communication hook, 
    collective starts once the step it waits for is done and the stream is free, and overlaps
    the rest of backward. A collective issued on the hook's entry (the scatter-reduce-allgather
    transport's small-tensor allreduce) runs under the encode;
-4. the plan's ``"callback"`` stages (decode, average, re-encode) run when their collective is
-   done, beside backward and beside the next collectives on the stream;
+4. the plan's ``"callback"`` stages (decode, average, re-encode) run once their collective is
+   done, one at a time (the hook's callback thread), beside the next collectives on the
+   stream. They run on the same compute resource as backward (a rank's cores; a GPU's SMs,
+   which a decode kernel shares with backward's), so while backward is still running each
+   pushes its remaining work back by the stage's duration;
 5. the optimizer step once backward and every bucket are done.
 
 Each collective's seconds come from :meth:`emulator.Network.collective` (simulated on the graph,
@@ -89,7 +92,9 @@ class BucketTimeline:
     at ``comm_end``; the last stage ends at ``end_s``. ``comm_s`` is the network time of the
     bucket's collectives (a collective issued on entry runs under the encode, so
     ``comm_end - encode_end`` can be less than it). ``collectives`` lists each collective as
-    ``(name, start_s, end_s)``; ``wire_bytes`` is what one rank hands the process group.
+    ``(name, start_s, end_s)``; ``issued_s`` is when the first was issued (what it waits for
+    done), before any wait for the stream; ``wire_bytes`` is what one rank hands the process
+    group.
     """
 
     index: int
@@ -103,6 +108,7 @@ class BucketTimeline:
     source: str
     comm_start_s: float = 0.0
     collectives: tuple = ()
+    issued_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -265,8 +271,21 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         cfg, source, used_bits = None, "dense allreduce", 8 * t.bytes_per_element
 
     stream_free = 0.0      # when the communication stream is next free
-    delay = 0.0            # how far the hook's stages have pushed backward back
-    hook_free = 0.0        # when the hook (backward's thread) is next free
+    callback_free = 0.0    # when the callback thread is next free
+    hook_work = 0.0        # seconds of hook stages run in backward's thread so far
+    w_hook = 0.0           # backward thread's work clock at the end of the last hook stage
+    pauses: list[tuple[float, float]] = []   # callback stages: (start, seconds), in order
+
+    def wall(work: float) -> float:
+        """When backward's thread has done ``work`` seconds of work: the callback stages share
+        its compute resource (the cores; a GPU's SMs) and push it back while they run."""
+        t = work
+        for start, dur in pauses:
+            if start >= t:
+                break
+            t += dur
+        return t
+
     timeline, codec_total, bytes_total = [], 0.0, 0.0
     for k, b in enumerate(trace.buckets):
         plan = bucket_plan(trace, k, transport, p, bits)
@@ -275,41 +294,50 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             _, enc, dec = _bucket_payload(trace, k, cfg)
             enc_el = compute.codec_seconds(enc) / b.compressed_numel
             dec_el = compute.codec_seconds(dec) / b.compressed_numel
-        ready = max(fwd + trace.mean_ready_s(k) * ready_scale + delay, hook_free)
-        hook_t = ready
+        w_hook = max(fwd + trace.mean_ready_s(k) * ready_scale + hook_work, w_hook)
+        ready = wall(w_hook)
         ends: list[float] = []
-        colls, comm, sent = [], 0.0, 0.0
+        colls, comm, sent, hook_ends = [], 0.0, 0.0, []
+        issued = ready
         for step in plan.steps:
             begin = ready if step.after is None else ends[step.after]
             if step.kind == "stage":
                 dur = enc_el * step.encode_numel + dec_el * step.decode_numel
                 codec_total += dur
                 if step.runs_in == "hook":
-                    begin = max(begin, hook_t)
-                    hook_t = begin + dur
-                    delay += dur
-                ends.append(begin + dur)
+                    # in backward's thread, after its earlier work: delays the rest of backward
+                    w_hook += dur
+                    hook_work += dur
+                    ends.append(wall(w_hook))
+                    hook_ends.append(ends[-1])
+                else:
+                    begin = max(begin, callback_free)
+                    callback_free = begin + dur
+                    if dur > 0:
+                        pauses.append((begin, dur))
+                    ends.append(begin + dur)
                 continue
             secs, s = _collective_s(net, step)
+            if not colls:
+                issued = begin
             begin = max(begin, stream_free)
             stream_free = begin + secs
             comm, sent = comm + secs, sent + s
             colls.append((step.name, begin, begin + secs))
             ends.append(begin + secs)
-        hook_free = hook_t
-        stages_hook = [e for st, e in zip(plan.steps, ends) if st.kind == "stage" and st.runs_in == "hook"]
-        enc_end = max(stages_hook, default=ready)
+        enc_end = max(hook_ends, default=ready)
         comm_start = colls[0][1] if colls else enc_end
         comm_end = max((c[2] for c in colls), default=enc_end)
         end = max(ends, default=ready)
         bytes_total += sent
         timeline.append(BucketTimeline(k, ready, ready, enc_end, comm_end, end,
                                        sum(c.nbytes for c in plan.collectives), comm, source,
-                                       comm_start, tuple(colls)))
+                                       comm_start, tuple(colls), issued if colls else enc_end))
 
     compute_s = fwd + bwd + opt
     last = max((b.end_s for b in timeline), default=0.0)
-    iteration = max(fwd + bwd + delay, last) + opt
+    backward_end = wall(fwd + bwd + hook_work)
+    iteration = max(backward_end, last) + opt
     return Prediction(
         iteration_s=iteration, compute_s=compute_s, exposed_comm_s=max(0.0, iteration - compute_s),
         encode_decode_s=codec_total, forward_s=fwd, backward_s=bwd, optimizer_s=opt,

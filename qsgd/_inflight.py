@@ -4,8 +4,9 @@ Each bucket the hook receives runs as a *program*, a generator that does local w
 the collectives of its :class:`qsgd.WirePlan`, in plan order:
 
 - ``yield Issue(name, tensor, start)`` hands the process group a collective (``start()`` issues
-  it with ``async_op=True`` and returns the Work) and resumes the program in the collective's
-  completion callback; with ``wait=False`` it resumes at once with a handle, and a later
+  it with ``async_op=True`` and returns the Work) and resumes the program once the collective
+  is done, on the stream's callback thread (one per state, programs one at a time; see
+  :meth:`Stream.defer`); with ``wait=False`` it resumes at once with a handle, and a later
   ``yield Join(handle)`` waits for that collective.
 - Its return value completes the bucket's future.
 
@@ -24,8 +25,10 @@ and DDP would wait there anyway for the buckets' futures.
 """
 from __future__ import annotations
 
+import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -186,7 +189,7 @@ class Runner:
             handle.done = now
             waiter, handle.waiter = handle.waiter, None
         if waiter is not None:
-            waiter.advance()
+            self.stream.defer(waiter.advance)
 
     def _settle(self, value) -> None:
         self.record["done"] = time.perf_counter()
@@ -211,19 +214,38 @@ class _StageTimer:
 
     def __enter__(self):
         self.t0 = time.perf_counter()
+        self.c0 = time.thread_time()
         return self
 
     def __exit__(self, *exc):
         t1 = time.perf_counter()
+        cpu = time.thread_time() - self.c0
         r = self.runner
         span = r.record["stages"].setdefault(self.name, [self.t0, t1])
         span[1] = t1
+        # CPU seconds of this thread: the stage's own work, whoever else shared the cores
+        cpus = r.record.setdefault("stages_cpu", {})
+        cpus[self.name] = cpus.get(self.name, 0.0) + cpu
         with r.stream.lock:
             if self.name == "encode":
                 r.stats.encode_s += t1 - self.t0
             else:
                 r.stats.decode_s += t1 - self.t0
         return False
+
+
+def _callback_worker(callbacks: queue.SimpleQueue, numba_threads: int) -> None:
+    import numba
+
+    # numba's thread count is per thread (a new one gets every core): the codec's kernels
+    # here must run as wide as in the thread that made the state (the harness gives each of
+    # 4 ranks on 2 cores one thread; with 2, 4 decodes of 1M elements took 33 ms, not 11)
+    numba.set_num_threads(numba_threads)
+    while True:
+        fn = callbacks.get()
+        if fn is None:
+            return
+        fn()
 
 
 class Stream:
@@ -239,6 +261,30 @@ class Stream:
         self.gate: int | None = None           # tickets after it wait until it opens
         self.failure: HookError | None = None
         self.live: set[Runner] = set()
+        self._callbacks: queue.SimpleQueue | None = None
+        import numba
+
+        self._numba_threads = numba.get_num_threads()
+
+    def defer(self, fn) -> None:
+        """Run ``fn`` on this stream's callback thread, after the ones deferred before it.
+
+        Completion callbacks run on whichever thread finished the collective: for gloo one of
+        its two worker threads, which then cannot move the next collective's bytes while it
+        decodes (measured on 4 ranks: the stream paced at a decode per bucket instead of the
+        link rate). So the programs continue here, one at a time, and the backend's threads
+        only move bytes.
+        """
+        with self.lock:
+            if self._callbacks is None:
+                self._callbacks = queue.SimpleQueue()
+                worker = threading.Thread(target=_callback_worker,
+                                          args=(self._callbacks, self._numba_threads),
+                                          name="qsgd-callbacks", daemon=True)
+                worker.start()
+                # the thread ends with the stream (it holds only the queue)
+                weakref.finalize(self, self._callbacks.put, None)
+        self._callbacks.put(fn)
 
     def ticket(self, collectives: int) -> int:
         """A place in the issue order for a bucket with ``collectives`` collectives."""

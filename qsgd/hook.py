@@ -12,8 +12,9 @@ checks every collective it hands the process group against that plan.
 
 The hook is asynchronous, as PyTorch's PowerSGD hook: it quantizes and encodes the bucket in the
 calling thread, issues the collective with ``async_op=True`` and returns a future; decoding,
-averaging and any further collective of the bucket run in completion callbacks, while backward
-goes on. Collectives leave in plan order and buckets in the order DDP hands them over, whatever
+averaging and any further collective of the bucket run once the collective is done, on the
+state's callback thread (one bucket at a time, so that gloo's own threads keep moving bytes),
+while backward goes on. Collectives leave in plan order and buckets in the order DDP hands them over, whatever
 thread finishes which collective (see :mod:`qsgd._inflight`): gloo and NCCL match them across
 ranks by that order. Packed payload sizes are known to every rank (:func:`qsgd.payload_nbytes`),
 so the packed codec needs no exchange of sizes; the elias codec's depend on the data, and each
@@ -108,7 +109,8 @@ class QSGDState:
         re-encode), ``hook_s`` (seconds inside the hook), ``wait_s`` (seconds backward's end
         waited for the collectives), ``buckets`` and ``timeline``: per bucket ``bucket``,
         ``called`` and ``returned`` (the hook's entry and exit), ``stages`` (name ->
-        ``[start, end]``), ``collectives`` (``name``, ``op``, ``dtype``, ``nbytes``, ``issued``,
+        ``[start, end]``), ``stages_cpu`` (name -> CPU seconds of the thread that ran it,
+        ``time.thread_time``), ``collectives`` (``name``, ``op``, ``dtype``, ``nbytes``, ``issued``,
         ``done``) and ``done``, all ``time.perf_counter()`` seconds; ``payload_sizes``: bucket
         index -> bytes of this rank's payloads of it (before any re-quantization).
     """

@@ -16,8 +16,9 @@ previous bucket's. Stages run in one of two places (``runs_in``):
     In the hook itself, i.e. in the thread that runs backward (the autograd thread; on CUDA the
     compute stream): it delays the rest of backward by its duration.
 ``"callback"``
-    In the completion callback of the collective before it (``torch.futures.Future.then``):
-    beside backward, as PyTorch's PowerSGD hook decompresses its factors.
+    Once the collective before it is done, on the hook's callback thread: beside backward (as
+    PyTorch's PowerSGD hook decompresses its factors in ``Future.then`` callbacks), one
+    callback stage at a time.
 
 Transports (:data:`TRANSPORTS`), for ``p`` ranks and a bucket of ``n`` compressed and ``r`` raw
 elements (raw: fewer than ``min_numel`` elements per tensor, sent uncompressed, Alistarh et al.

@@ -134,16 +134,24 @@ def test_bytes_per_gpu_are_the_wire_plans(transport):
     assert pred.bytes_per_gpu == pytest.approx(planned, abs=4)
 
 
-def test_the_hooks_encode_delays_backward():
-    # free links: only the hook's stages in backward's thread (0.2 + 0.4 ms of encode) are
-    # added to the compute; the decodes (4 payloads each) end before backward does
+def test_the_hooks_stages_share_the_compute_with_backward():
+    # free links: the hook's encodes (0.2 + 0.4 ms, in backward's thread) and the callbacks'
+    # decodes (4 payloads of 0.1 and 0.2 ms, each right after its encode) all run during
+    # backward on the same compute resource, so each pushes the rest of backward back
     free = topologies.switch(4, bandwidth=1e30, latency=1e-15)
     pred = emulator.replay(make_trace(), free, transport="qsgd_allgather")
-    assert pred.iteration_s == pytest.approx(COMPUTE_S + 0.6e-3, rel=1e-9)
+    assert pred.iteration_s == pytest.approx(COMPUTE_S + 0.6e-3 + 4 * 0.3e-3, rel=1e-9)
     b0, b1, b2 = pred.buckets
-    assert b1.ready_s == pytest.approx(2.1e-3 + 3.0e-3 + 0.2e-3)        # pushed back by b0's encode
+    assert b0.end_s - b0.encode_end == pytest.approx(4 * 0.1e-3, rel=1e-6)
+    assert b1.ready_s == pytest.approx(2.1e-3 + 3.0e-3 + 0.2e-3 + 0.4e-3, rel=1e-9)
     assert b1.end_s - b1.encode_end == pytest.approx(4 * 0.2e-3, rel=1e-6)
-    assert b2.ready_s == pytest.approx(2.1e-3 + 4.1e-3 + 0.6e-3)
+    assert b2.ready_s == pytest.approx(2.1e-3 + 4.1e-3 + 0.6e-3 + 1.2e-3, rel=1e-9)
+    # a decode after backward's end delays nothing but the step's end: slow links put bucket
+    # 1's payload after backward, its decode then ends the step
+    slow = topologies.switch(4, bandwidth=1e6, latency=1e-6)
+    q = emulator.replay(make_trace(), slow, transport="qsgd_allgather")
+    assert q.buckets[1].comm_start_s > 2.1e-3 + 4.1e-3 + 0.6e-3 + 0.4e-3
+    assert q.iteration_s == pytest.approx(q.buckets[1].end_s + 1e-4, rel=1e-9)
 
 
 @pytest.mark.parametrize("G", [topologies.from_spec("switch:4"),
