@@ -19,6 +19,7 @@ from .engine import run_collective, simulate
 from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError, SimulationError,
                      TraceError)
 from .faults import DegradedLink, Fault, RemovedLink, Straggler
+from .figures import timeline_comparison
 from .network import Network
 from .replaying import TRANSPORTS, Prediction, bucket_plan, replay
 from .report import write_report
@@ -35,7 +36,7 @@ __all__ = [
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep",
     "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "Prediction", "TRANSPORTS", "StudyConfig", "run_study",
-    "topology_for", "write_report",
+    "topology_for", "write_report", "timeline_comparison",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",
 ]

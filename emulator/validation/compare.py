@@ -143,8 +143,17 @@ class ValidationReport:
         return fig
 
     def write_html(self, path) -> None:
-        """Write the figure as a self-contained HTML file (plotly.js inlined, works offline)."""
-        self.figure().write_html(os.fspath(path), include_plotlyjs=True, full_html=True)
+        """Write the figure, then each training row's measured and predicted bucket timelines
+        side by side (:func:`emulator.figures.timeline_comparison`), as one self-contained
+        HTML file (plotly.js inlined once, works offline)."""
+        from ..figures import timeline_comparison
+
+        figs = [self.figure()] + [timeline_comparison(r) for r in self.training if r.get("timeline")]
+        body = "\n".join(f.to_html(full_html=False, include_plotlyjs=i == 0)
+                         for i, f in enumerate(figs))
+        with open(os.fspath(path), "w", encoding="utf-8") as fh:
+            fh.write(f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>validation: "
+                     f"{self.topology}</title></head><body>\n{body}\n</body></html>\n")
 
 
 def _topology(trace: MeasuredTrace, G, topology: str | None):

@@ -88,3 +88,29 @@ def test_step_breakdown_line():
                "predicted": [{"done": 0.14}, {"done": 0.2}]}}
     assert step_breakdown(row) == ("compute 100.0 ms; exposed communication 120.0 vs 100.0 ms; "
                                    "2 buckets, last done at 210.0 vs 200.0 ms")
+
+
+def test_timeline_figure_puts_measured_and_predicted_side_by_side(tmp_path):
+    fp32, q = training_points()
+    rep = compare(_trace((fp32, q)), calibration=CAL)
+    row = next(r for r in rep.training if r["bits"] == 4)
+    fig = emulator.timeline_comparison(row)
+    names = [t.name for t in fig.data]
+    assert names == ["encode (in the hook)", "collectives (queued and on the wire)",
+                     "decode and average"] * 2
+    # left panel measured, right panel the replay; bars start and end where the rows say (ms)
+    left, right = fig.data[1], fig.data[4]
+    assert (left.xaxis, right.xaxis) == ("x", "x2")
+    m, pr = row["timeline"]["measured"], row["timeline"]["predicted"]
+    assert list(left.base) == pytest.approx([1e3 * b["issued"] for b in m])
+    assert list(right.x) == pytest.approx([1e3 * (b["comm_done"] - b["issued"]) for b in pr])
+    assert list(left.y) == ["bucket 0", "bucket 1", "bucket 2"]
+    assert len(fig.layout.shapes) == 4          # backward end and step end, on each side
+    assert "measured" in fig.layout.title.text and "emulator" in fig.layout.title.text
+    # the report's HTML carries one per training row, after the collective figure
+    path = tmp_path / "report.html"
+    rep.write_html(path)
+    text = path.read_text()
+    assert text.count("bucket timelines:") == 2 and text.count("Plotly.newPlot(") == 3
+    # a row without timelines draws empty panels, not an error
+    assert len(emulator.timeline_comparison({"bits": 4}).data) == 0
