@@ -246,6 +246,9 @@ def _callback_worker(callbacks: queue.SimpleQueue, numba_threads: int) -> None:
         if fn is None:
             return
         fn()
+        # drop it now: held while waiting, it would be freed by the next get(), which at
+        # interpreter exit cannot take the GIL to free its tensors (the process aborted)
+        del fn
 
 
 class Stream:
@@ -282,8 +285,9 @@ class Stream:
                                           args=(self._callbacks, self._numba_threads),
                                           name="qsgd-callbacks", daemon=True)
                 worker.start()
-                # the thread ends with the stream (it holds only the queue)
-                weakref.finalize(self, self._callbacks.put, None)
+                # the thread ends with the stream (it holds only the queue); not at interpreter
+                # exit, where a daemon thread may no longer take the GIL
+                weakref.finalize(self, self._callbacks.put, None).atexit = False
         self._callbacks.put(fn)
 
     def ticket(self, collectives: int) -> int:

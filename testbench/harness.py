@@ -19,6 +19,7 @@ per namespace of :mod:`.testbed`); rank 0 writes a :class:`MeasuredTrace`:
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import platform
 import socket
@@ -292,6 +293,10 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
                                     samples_s=tuple(rec.wall),
                                     bytes_per_step=sum(pl.wire_bytes for pl in plans), extra=extra))
         del model, step, state
+    # DDP models and their hooks' futures hold Python callbacks: free them now, while the
+    # interpreter is whole (freed at exit, by gloo's threads, they aborted 2 of 4 ranks)
+    del model0, noop, make, records
+    gc.collect()
     return points
 
 
@@ -372,5 +377,6 @@ def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | N
             return None
         return MeasuredTrace(environment=env, collectives=tuple(points), training=tuple(training))
     finally:
+        gc.collect()
         if init and dist.is_initialized():
             dist.destroy_process_group()
