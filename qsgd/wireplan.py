@@ -8,9 +8,9 @@ the testbench's byte counts read them.
 A plan is an ordered tuple of steps, each a :class:`Collective` or a :class:`Stage` (local work:
 quantize and encode, decode and average). Every step names the step it waits for (``after``,
 an index into the plan; None: it starts when the hook is called). Collectives go out one at a
-time in plan order, and buckets in the order DDP hands them over, because gloo and NCCL match
-collectives across ranks by their order; so a bucket's collectives also queue behind the
-previous bucket's. Stages run in one of two places (``runs_in``):
+time in plan order (the next once the one before is done, as on NCCL's one stream), and
+buckets in the order DDP hands them over, because gloo and NCCL match collectives across ranks
+by their order; so a bucket's collectives also queue behind the previous bucket's. Stages run in one of two places (``runs_in``):
 
 ``"hook"``
     In the hook itself, i.e. in the thread that runs backward (the autograd thread; on CUDA the

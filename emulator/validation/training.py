@@ -20,7 +20,7 @@ import networkx as nx
 from ..replaying import replay
 from .trace import MeasuredTrace
 
-__all__ = ["predict_training", "replay_transport", "step_breakdown", "training_rows"]
+__all__ = ["predict_training", "replay_transport", "step_breakdown", "stream_busy", "training_rows"]
 
 #: (TrainingPoint transport, bits) -> replay transport, for points that do not name theirs
 _DENSE = {32: "fp32", 16: "fp16"}
@@ -61,11 +61,23 @@ def _measured_timeline(point) -> list[dict] | None:
             for r in rows]
 
 
+def stream_busy(buckets: list[dict]) -> float:
+    """Seconds the buckets' collectives kept the stream busy: per bucket from when its first
+    collective went out (or the one before was done) to when its last was done, summed."""
+    busy, free = 0.0, float("-inf")
+    for b in buckets:
+        start = max(b["issued"], free)
+        busy += max(0.0, b["comm_done"] - start)
+        free = max(free, b["comm_done"])
+    return busy
+
+
 def step_breakdown(row: dict) -> str | None:
     """One line on where a training row's step went, or None for rows without a prediction.
 
     The compute measured alone, the exposed communication (step minus compute) measured next
-    to the emulator's, and when the last bucket was done, measured against predicted.
+    to the emulator's, the seconds the collectives kept the stream busy (:func:`stream_busy`)
+    and when the last bucket was done, measured against predicted.
     """
     if row.get("predicted_s") is None or row.get("compute_s") is None:
         return None
@@ -75,6 +87,7 @@ def step_breakdown(row: dict) -> str | None:
     tl = row.get("timeline") or {}
     m, pr = tl.get("measured"), tl.get("predicted")
     if m and pr and len(m) == len(pr):
+        parts.append(f"collectives busy {stream_busy(m) * 1e3:.1f} vs {stream_busy(pr) * 1e3:.1f} ms")
         parts.append(f"{len(m)} buckets, last done at {m[-1]['done'] * 1e3:.1f} vs "
                      f"{pr[-1]['done'] * 1e3:.1f} ms")
     return "; ".join(parts)

@@ -82,11 +82,15 @@ def test_a_point_without_its_trace_has_no_prediction_and_transports_are_named():
 
 
 def test_step_breakdown_line():
+    # measured: two collectives that overlap in time count once (50 + 40 ms of stream)
+    m = [{"issued": 0.05, "comm_done": 0.10, "done": 0.15},
+         {"issued": 0.07, "comm_done": 0.14, "done": 0.21}]
+    pr = [{"issued": 0.05, "comm_done": 0.09, "done": 0.14},
+          {"issued": 0.12, "comm_done": 0.15, "done": 0.2}]
     row = {"predicted_s": 0.2, "compute_s": 0.1, "measured_exposed_s": 0.12,
-           "predicted_exposed_s": 0.1, "timeline": {
-               "measured": [{"done": 0.15}, {"done": 0.21}],
-               "predicted": [{"done": 0.14}, {"done": 0.2}]}}
+           "predicted_exposed_s": 0.1, "timeline": {"measured": m, "predicted": pr}}
     assert step_breakdown(row) == ("compute 100.0 ms; exposed communication 120.0 vs 100.0 ms; "
+                                   "collectives busy 90.0 vs 70.0 ms; "
                                    "2 buckets, last done at 210.0 vs 200.0 ms")
 
 

@@ -391,6 +391,12 @@ def test_the_wire_plan_is_what_the_process_group_was_given(ranks, key, world):
     if key.startswith("deep"):
         # DDP's rebuilt buckets: one 256x256 layer each (0.25 MiB cap)
         assert ranks[0][key]["buckets"] == 4
+        # one collective at a time, buckets in order: each goes out once the one before is done
+        for r in ranks[:world]:
+            colls = [c for rec in sorted(r[key]["stats"]["timeline"], key=lambda b: b["bucket"])
+                     for c in rec["collectives"]]
+            assert len(colls) == 4
+            assert all(a["done"] <= b["issued"] for a, b in zip(colls, colls[1:]))
 
 
 @pytest.mark.slow
