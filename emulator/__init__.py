@@ -20,7 +20,7 @@ from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError
                      TraceError)
 from .faults import DegradedLink, Fault, RemovedLink, Straggler
 from .network import Network
-from .replaying import TRANSPORTS, Prediction, replay
+from .replaying import TRANSPORTS, Prediction, bucket_plan, replay
 from .report import write_report
 from .result import CollectiveResult
 from .study import StudyConfig, placement_notes, run_study, topology_for
@@ -36,8 +36,9 @@ __all__ = [
     "Route", "Transfer", "Schedule", "ALGORITHMS", "build_schedule", "busbw_factor", "closed_form",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep",
-    "ComputeModel", "DEVICES", "Network", "replay", "Prediction", "TRANSPORTS", "StudyConfig", "run_study", "placement_notes",
-    "topology_for", "Study", "StudyRow", "read_study", "write_report", "figures",
+    "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "Prediction", "TRANSPORTS",
+    "StudyConfig", "run_study", "placement_notes", "topology_for", "Study", "StudyRow",
+    "read_study", "write_report", "figures",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",
 ]

@@ -2,35 +2,43 @@
 
 Named ``replaying`` so that importing it does not shadow the public function ``emulator.replay``.
 
-The model of an iteration (as PyTorch DDP with NCCL runs it):
+What each bucket sends, in what order, and which local work runs where, is the bucket's
+:func:`qsgd.wire_plan` (the one owner of how the hook uses the wire); the replay only times it.
+The model of an iteration (PyTorch DDP with an asynchronous communication hook, as
+:func:`qsgd.qsgd_hook` and DDP's own allreduce run):
 
 1. forward (``forward_s``);
-2. backward; bucket ``k`` becomes ready ``ready_s[k]`` seconds into backward (measured);
-3. one communication stream: buckets are reduced strictly in order, each one
-   encode -> collective -> decode, starting when it is ready and the stream is free; this
-   overlaps the rest of backward (NCCL runs collectives on one stream per communicator,
-   Li et al., "PyTorch Distributed", VLDB 2020, Section 3.2.3);
-4. the optimizer step once backward and the last bucket are done.
+2. backward; bucket ``k``'s gradients are ready ``ready_s[k]`` seconds into it (measured) and DDP
+   hands the bucket to the hook then, in bucket order. The plan's ``"hook"`` stages (copy,
+   quantize, encode) run right there, in backward's thread (on a GPU, its stream), so each
+   delays the rest of backward by its duration;
+3. one communication stream: collectives run one at a time, in plan order and buckets in order
+   (NCCL runs a communicator's collectives on one stream, Li et al., "PyTorch Distributed",
+   VLDB 2020, Section 3.2.3; the hook issues them in that order, see :mod:`qsgd.hook`); a
+   collective starts once the step it waits for is done and the stream is free, and overlaps
+   the rest of backward. A collective issued on the hook's entry (the scatter-reduce-allgather
+   transport's small-tensor allreduce) runs under the encode;
+4. the plan's ``"callback"`` stages (decode, average, re-encode) run once their collective is
+   done, one at a time (the hook's callback thread), beside the next collectives on the
+   stream. They run on the same compute resource as backward (a rank's cores; a GPU's SMs,
+   which a decode kernel shares with backward's), so while backward is still running each
+   pushes its remaining work back by the stage's duration;
+5. the optimizer step once backward and every bucket are done.
 
-Each bucket's collective is simulated by the emulator (:func:`emulator.build_schedule` and
-:func:`emulator.simulate` on the graph); results are cached per (op, algorithm, bytes,
-payloads) since buckets of equal size repeat. Small tensors that QSGD sends uncompressed
-(the paper's rule, Alistarh et al. 2017, Section 5) travel as :func:`qsgd.qsgd_hook` sends
-them: in front of the payload in the all-gather transport's one collective; for
-scatter-reduce-allgather as a separate fp32 ring allreduce in the same stream, issued before
-the encode (which runs while it is in flight) and finished before the compressed payload goes.
+Each collective's seconds come from :meth:`emulator.Network.collective` (simulated on the graph,
+cached per size, since buckets of equal size repeat). Stage seconds scale the trace's measured
+encode and decode seconds per element (``decode_s`` is one payload's; an allgather rank decodes
+``p`` of them).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass, field
 
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import Network
-from ._checks import is_int
 
-FP32_BYTES = 4
+from ._checks import is_int
 
 
 # ---------------------------------------------------------------- transports
@@ -44,32 +52,35 @@ class Transport:
         Key in :data:`TRANSPORTS`.
     compressed : bool
         Whether the bucket is QSGD-encoded (encode/decode seconds count; raw small tensors
-        go separately as fp32).
+        travel uncompressed).
     bytes_per_element : int or None
         Wire bytes per element of an uncompressed allreduce (4 fp32, 2 fp16).
-    algorithm : str or None
-        The emulator's algorithm name of a compressed transport.
+    wire : str
+        The :func:`qsgd.wire_plan` transport the bucket follows.
     description : str
     """
 
     name: str
     compressed: bool
     bytes_per_element: int | None
-    algorithm: str | None
+    wire: str
     description: str
 
 
 #: Transports a bucket can be sent with.
 TRANSPORTS: dict[str, Transport] = {
-    "fp32": Transport("fp32", False, 4, None, "fp32 allreduce (DDP's default)"),
-    "fp16": Transport("fp16", False, 2, None, "fp16 allreduce (DDP's fp16_compress_hook)"),
+    "fp32": Transport("fp32", False, 4, "fp32", "fp32 allreduce (DDP's default)"),
+    "fp16": Transport("fp16", False, 2, "fp16", "fp16 allreduce (DDP's fp16_compress_hook)"),
     "qsgd_allgather": Transport(
-        "qsgd_allgather", True, None, "qsgd_allgather",
+        "qsgd_allgather", True, None, "allgather",
         "each rank all-gathers its QSGD payload, every rank decodes and sums all (the paper's scheme)"),
     "qsgd_scatter_reduce_allgather": Transport(
-        "qsgd_scatter_reduce_allgather", True, None, "qsgd_scatter_reduce_allgather",
+        "qsgd_scatter_reduce_allgather", True, None, "scatter_reduce_allgather",
         "ranks quantize the chunk each owner reduces, owners decode, sum, requantize, all-gather"),
 }
+
+#: The emulator's algorithm for each plan op (allreduce: the Network's own).
+_ALGORITHMS = {"allgather": "ring", "alltoall": "direct"}
 
 
 # ---------------------------------------------------------------- results
@@ -77,8 +88,15 @@ TRANSPORTS: dict[str, Transport] = {
 class BucketTimeline:
     """One bucket in the predicted iteration (seconds from the start of the iteration).
 
-    ``comm_s`` is the network time of the bucket's collectives; with QSGD the small-tensor
-    allreduce runs under the encode, so ``comm_end_s - encode_end_s`` can be less than it.
+    ``ready_s`` is when DDP hands the bucket to the hook (backward's clock, delayed by the
+    earlier buckets' hook stages); the hook starts at once (``start_s``) and its stages end at
+    ``encode_end_s``; the first collective gets the stream at ``comm_start_s`` and the last ends
+    at ``comm_end_s``; the last stage ends at ``end_s``. ``comm_s`` is the network time of the
+    bucket's collectives (a collective issued on entry runs under the encode, so
+    ``comm_end_s - encode_end_s`` can be less than it). ``collectives`` lists each collective as
+    ``(name, start_s, end_s)``; ``issued_s`` is when the first was issued (what it waits for
+    done), before any wait for the stream; ``wire_bytes`` is what one rank hands the process
+    group.
     """
 
     index: int
@@ -90,6 +108,9 @@ class BucketTimeline:
     wire_bytes: int
     comm_s: float
     source: str
+    comm_start_s: float = 0.0
+    collectives: tuple = ()
+    issued_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -97,9 +118,10 @@ class Prediction:
     """Predicted time of one training iteration (seconds) and its breakdown.
 
     ``exposed_comm_s`` is the part of the iteration not covered by compute:
-    ``iteration_s - compute_s`` (it includes encode/decode on the communication stream when
-    they are not hidden behind backward). ``encode_decode_s`` is the total codec time of all
-    buckets (hidden or not). ``bytes_per_gpu`` is the mean bytes each GPU sends per iteration.
+    ``iteration_s - compute_s`` (it includes the hook's stages that delay backward and any
+    communication or decoding that outlasts it). ``encode_decode_s`` is the total codec time
+    of all buckets (hidden or not). ``bytes_per_gpu`` is the mean bytes each GPU sends per
+    iteration.
     """
 
     iteration_s: float
@@ -126,6 +148,8 @@ class Prediction:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["buckets"] = [asdict(b) for b in self.buckets]
+        for b in d["buckets"]:
+            b["collectives"] = [list(c) for c in b["collectives"]]
         d["comm_s"] = self.comm_s
         return d
 
@@ -133,7 +157,8 @@ class Prediction:
     def from_dict(cls, d: dict) -> "Prediction":
         """The prediction of :meth:`to_dict`'s output (errors name the missing field)."""
         try:
-            buckets = tuple(BucketTimeline(**b) for b in d["buckets"])
+            buckets = tuple(BucketTimeline(**dict(b, collectives=tuple(
+                tuple(c) for c in b.get("collectives", ())))) for b in d["buckets"])
             kw = {f: d[f] for f in cls.__dataclass_fields__ if f != "buckets"}
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"Prediction: {exc} is missing or not a field") from None
@@ -169,14 +194,43 @@ def _bucket_payload(trace, k: int, cfg) -> tuple[float, float, float]:
     return payload, enc * ratio, dec * ratio
 
 
-def _chunk_payloads(payload: float, numel: int, p: int) -> list[int]:
-    """Per-chunk payload bytes when a payload of ``numel`` elements is split in ``p`` chunks."""
-    base, extra = divmod(numel, p)
-    sizes = [base + (1 if c < extra else 0) for c in range(p)]
-    return [max(1, math.ceil(payload * s / numel)) if s else 0 for s in sizes]
+def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None = None):
+    """The :func:`qsgd.wire_plan` of ``trace``'s bucket ``k`` under replay transport ``transport``.
+
+    Examples
+    --------
+    >>> import emulator, qsgd
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="cpu", seed=0)
+    >>> plan = emulator.bucket_plan(trace, 0, "qsgd_allgather", 4)
+    >>> [c.op for c in plan.collectives]
+    ['allgather']
+    """
+    import qsgd
+
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport must be one of {sorted(TRANSPORTS)}, got {transport!r}")
+    t = TRANSPORTS[transport]
+    b = trace.buckets[k]
+    layout = qsgd.BucketLayout.of(b.compressed_numel, b.raw_numel)
+    if not t.compressed:
+        return qsgd.wire_plan(t.wire, layout, world_size)
+    cfg, _ = _qsgd_config(trace, bits)
+    payload = None if cfg.codec == "packed" else trace.mean_payload_bytes(k)
+    return qsgd.wire_plan(t.wire, layout, world_size, cfg, payload_bytes=payload)
 
 
 # ---------------------------------------------------------------- replay
+def _collective_s(net: Network, c) -> tuple[float, float]:
+    """``(seconds, mean bytes sent per GPU)`` of one plan collective on ``net``."""
+    if c.op == "allgather":
+        # nccl-tests' convention: the emulator's allgather size is the gathered total
+        return net.collective("allgather", _ALGORITHMS["allgather"], net.world_size * c.nbytes)
+    if c.op == "alltoall":
+        return net.collective("alltoall", _ALGORITHMS["alltoall"], c.nbytes)
+    return net.collective("allreduce", net.algorithm, c.nbytes)
+
+
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
            compute: ComputeModel | None = None, algorithm: str = "ring", bits: int | None = None,
            network: Network | None = None) -> Prediction:
@@ -235,59 +289,80 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     if t.compressed:
         cfg, source = _qsgd_config(trace, bits)
         used_bits = cfg.bits
-        op = net.op_of(t.algorithm)
     else:
         if bits is not None and bits != 8 * t.bytes_per_element:
             raise ConfigError(f"bits={bits!r} does not fit transport {transport!r} "
                               f"({8 * t.bytes_per_element} bits)")
         cfg, source, used_bits = None, "dense allreduce", 8 * t.bytes_per_element
 
-    stream_free = 0.0
+    stream_free = 0.0      # when the communication stream is next free
+    callback_free = 0.0    # when the callback thread is next free
+    hook_work = 0.0        # seconds of hook stages run in backward's thread so far
+    w_hook = 0.0           # backward thread's work clock at the end of the last hook stage
+    pauses: list[tuple[float, float]] = []   # callback stages: (start, seconds), in order
+
+    def wall(work: float) -> float:
+        """When backward's thread has done ``work`` seconds of work: the callback stages share
+        its compute resource (the cores; a GPU's SMs) and push it back while they run."""
+        t = work
+        for start, dur in pauses:
+            if start >= t:
+                break
+            t += dur
+        return t
+
     timeline, codec_total, bytes_total = [], 0.0, 0.0
     for k, b in enumerate(trace.buckets):
-        ready = fwd + trace.mean_ready_s(k) * ready_scale
-        start = max(ready, stream_free)
-        if t.compressed:
-            payload, enc, dec = _bucket_payload(trace, k, cfg)
-            enc, dec = compute.codec_seconds(enc), compute.codec_seconds(dec)
-            comm, sent, raw_comm = 0.0, 0.0, 0.0
-            # qsgd.qsgd_hook's allgather transport carries the raw small tensors in front of
-            # the payload, in its one all_gather
-            raw_bytes = FP32_BYTES * b.raw_numel
-            folded = bool(t.algorithm == "qsgd_allgather" and b.compressed_numel and raw_bytes)
-            wire = raw_bytes
-            if b.compressed_numel:
-                wire += round(payload)
-                if t.algorithm == "qsgd_allgather":
-                    sizes = [round(payload) + (raw_bytes if folded else 0)] * p
+        plan = bucket_plan(trace, k, transport, p, bits)
+        enc_el = dec_el = 0.0
+        if t.compressed and b.compressed_numel:
+            _, enc, dec = _bucket_payload(trace, k, cfg)
+            enc_el = compute.codec_seconds(enc) / b.compressed_numel
+            dec_el = compute.codec_seconds(dec) / b.compressed_numel
+        w_hook = max(fwd + trace.mean_ready_s(k) * ready_scale + hook_work, w_hook)
+        ready = wall(w_hook)
+        ends: list[float] = []
+        colls, comm, sent, hook_ends = [], 0.0, 0.0, []
+        issued = ready
+        for step in plan.steps:
+            begin = ready if step.after is None else ends[step.after]
+            if step.kind == "stage":
+                dur = enc_el * step.encode_numel + dec_el * step.decode_numel
+                codec_total += dur
+                if step.runs_in == "hook":
+                    # in backward's thread, after its earlier work: delays the rest of backward
+                    w_hook += dur
+                    hook_work += dur
+                    ends.append(wall(w_hook))
+                    hook_ends.append(ends[-1])
                 else:
-                    sizes = _chunk_payloads(payload, b.compressed_numel, p)
-                c, s = net.collective(op, t.algorithm, FP32_BYTES * b.compressed_numel, sizes)
-                comm, sent = comm + c, sent + s
-            else:
-                enc = dec = 0.0
-            if raw_bytes and not folded:
-                raw_comm, s = net.collective("allreduce", net.algorithm, raw_bytes)
-                sent += s
-            enc_end = start + enc
-            # qsgd.qsgd_hook issues the small-tensor allreduce before it encodes and the
-            # payload collective after both (one stream): the encode hides the former
-            comm_end_s = max(enc_end, start + raw_comm) + comm
-            comm += raw_comm
-        else:
-            enc = dec = 0.0
-            wire = t.bytes_per_element * b.numel
-            comm, sent = net.collective("allreduce", net.algorithm, wire)
-            enc_end = start
-            comm_end_s = start + comm
-        end = comm_end_s + dec
-        stream_free = end
-        codec_total += enc + dec
+                    begin = max(begin, callback_free)
+                    callback_free = begin + dur
+                    if dur > 0:
+                        pauses.append((begin, dur))
+                    ends.append(begin + dur)
+                continue
+            secs, s = _collective_s(net, step)
+            if not colls:
+                issued = begin
+            begin = max(begin, stream_free)
+            stream_free = begin + secs
+            comm, sent = comm + secs, sent + s
+            colls.append((step.name, begin, begin + secs))
+            ends.append(begin + secs)
+        enc_end = max(hook_ends, default=ready)
+        comm_start = colls[0][1] if colls else enc_end
+        comm_end = max((c[2] for c in colls), default=enc_end)
+        end = max(ends, default=ready)
         bytes_total += sent
-        timeline.append(BucketTimeline(k, ready, start, enc_end, comm_end_s, end, int(wire), comm, source))
+        timeline.append(BucketTimeline(k, ready, ready, enc_end, comm_end, end,
+                                       sum(c.nbytes for c in plan.collectives), comm, source,
+                                       comm_start, tuple(colls), issued if colls else enc_end))
 
     compute_s = fwd + bwd + opt
-    iteration = max(fwd + bwd, stream_free) + opt
+    last = max((b.end_s for b in timeline), default=0.0)
+    backward_end = wall(fwd + bwd + hook_work)
+    iteration = max(backward_end, last) + opt
     return Prediction(
         iteration_s=iteration, compute_s=compute_s, exposed_comm_s=max(0.0, iteration - compute_s),
         encode_decode_s=codec_total, forward_s=fwd, backward_s=bwd, optimizer_s=opt,

@@ -2,7 +2,8 @@
 
 :func:`quantize` is the paper's stochastic quantizer Q_s with per-bucket scales;
 :func:`encode` and :func:`decode` put it on the wire (fixed-width packing or Elias coding) in
-a self-describing payload; :func:`qsgd_hook` uses them in PyTorch DDP; :func:`measure` times
+a self-describing payload; :func:`qsgd_hook` uses them in PyTorch DDP, issuing the collectives of each bucket's
+:func:`wire_plan`; :func:`measure` times
 them on a real model's gradients into a :class:`PayloadTrace`.
 
 >>> import torch, qsgd
@@ -21,11 +22,11 @@ from .measurement import measure
 from .models import MODELS, build_model
 from .quantizer import Quantized, dequantize, quantize
 from .trace import PayloadTrace
+from .wireplan import BucketLayout, Collective, Stage, WirePlan, wire_plan
 
 __all__ = [
     "QSGDConfig", "Quantized", "quantize", "dequantize", "encode", "decode", "payload_nbytes",
     "QSGDError", "ConfigError", "PayloadError", "TraceError", "HookError", "ModelError",
     "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
-    "measure_host",
-    "PayloadTrace",
+    "measure_host", "PayloadTrace", "BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan",
 ]

@@ -6,48 +6,58 @@ Usage, in the style of ``torch.distributed.algorithms.ddp_comm_hooks``::
     ddp_model.register_comm_hook(state, qsgd.qsgd_hook)
 
 Quantized payloads cannot be summed by an allreduce (the sum of two payloads is not a payload),
-so the hook moves encoded bytes and decodes at the receiver:
+so the hook moves encoded bytes and decodes at the receiver. What it sends for a bucket, in what
+order, is the bucket's :func:`qsgd.wire_plan` (the transports are described there); the hook
+checks every collective it hands the process group against that plan.
 
-``allgather``
-    Each rank encodes its bucket (random stream ``(seed, rank, step, bucket)``), the payloads are
-    all-gathered (packed payload sizes are known to every rank; the elias codec's differ, so
-    they are all-gathered first and shorter payloads padded) and every rank decodes all of them and takes the mean. All ranks average the same
-    decoded tensors in the same order, so they end every step with identical parameters.
-``scatter_reduce_allgather``
-    The bucket is split in ``world_size`` chunks; rank ``r`` encodes chunk ``j`` for its owner
-    ``j`` (an ``all_to_all``), the owner decodes and averages its chunk, re-quantizes the mean and
-    all-gathers it; everyone decodes. Bytes per rank fall from ``(p-1) P`` to about ``2 (p-1) P / p``
-    at the price of a second quantization (the variance of two QSGD steps, sec. 3.1).
+The hook is asynchronous, as PyTorch's PowerSGD hook: it quantizes and encodes the bucket in the
+calling thread, issues the collective with ``async_op=True`` and returns a future; decoding,
+averaging and any further collective of the bucket run once the collective is done, on the
+state's callback thread (one bucket at a time, so that gloo's own threads keep moving bytes),
+while backward goes on. Collectives leave in plan order and buckets in the order DDP hands them over, whatever
+thread finishes which collective (see :mod:`qsgd._inflight`): gloo and NCCL match them across
+ranks by that order. Packed payload sizes are known to every rank (:func:`qsgd.payload_nbytes`),
+so the packed codec needs no exchange of sizes; the elias codec's depend on the data, and each
+bucket all-gathers them first (one 16-byte all_gather, asynchronous like the rest; a
+scatter-reduce-allgather bucket exchanges them twice).
 
-Parameters with fewer than ``min_numel`` elements travel uncompressed (the paper's rule, sec. 5:
-small tensors cost more in scales than they save): with ``allgather`` in front of the payload in
-its all_gather, one collective per bucket; with ``scatter_reduce_allgather`` by a ring allreduce
-issued before the encode and waited for after it, so the two overlap. The first
-``warmup_steps`` steps use a plain allreduce of the whole bucket. With ``error_feedback`` each
-rank keeps the part its quantizer dropped (``x - Q(x)`` per bucket) and adds it to the next step's
-gradient (Karimireddy et al., ICML 2019, "Error feedback fixes SignSGD").
+All ranks average the same decoded tensors in the same order, so they end every step with
+identical parameters. Streams are ``(seed, rank, step, bucket)``.
 
-The compressed collectives are issued and waited for inside the hook, each bounded by
-``timeout_s``: a dead peer or a disagreement between ranks becomes a :class:`qsgd.HookError` on
-every rank instead of a hang. The returned future is already completed.
+Failures. At the first backward the ranks all-gather their settings (:meth:`QSGDState.fingerprint`);
+no payload leaves before they agree. A collective that fails (a dead peer; the process group's
+own timeout), settings that differ, or a payload that does not decode stop all further
+collectives of the state. At the end of backward, before DDP's own wait for the buckets, the
+hook waits (bounded by ``timeout_s``, from the end of backward) for the step's buckets and
+raises :class:`qsgd.HookError` in the training thread; a rank whose peers never send fails
+there after ``timeout_s`` at most. That end-of-backward wait is the only blocking one, and
+DDP would wait there anyway. (Outside backward, where no engine callback can be queued, errors
+reach DDP as the bucket future's error.)
+
+Parameters with fewer than ``min_numel`` elements travel uncompressed (the paper's rule, sec. 5).
+The first ``warmup_steps`` steps use a plain allreduce of the whole bucket. With
+``error_feedback`` each rank keeps the part its quantizer dropped (``x - Q(x)`` per bucket) and
+adds it to the next step's gradient (Karimireddy et al., ICML 2019, "Error feedback fixes
+SignSGD").
 """
 import json
 import math
 import time
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from qsgd.codec import decode, encode, payload_nbytes
+from qsgd._inflight import Issue, Runner, StepStats, Stream
+from qsgd._programs import _ALL_GATHER, PROGRAMS, _Bucket, _group_device, _layout, _warmup
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, HookError
+from qsgd.wireplan import BucketLayout, WirePlan, wire_plan
+
 from ._checks import is_int, is_number
 
-#: transport name -> bucket function ``(state, flat, bucket, raw) -> (mean, own decoded, raw
-#: mean or None)`` (filled below).
+#: transport name -> program ``(bucket) -> generator`` (:mod:`qsgd._programs`)
 TRANSPORTS: dict[str, Any] = {}
 
 # Bytes of the config fingerprint exchanged on the first call (JSON, zero padded).
@@ -55,23 +65,14 @@ _FINGERPRINT_BYTES = 1024
 
 
 @dataclass
-class _StepStats:
-    payload_bytes: int = 0     # QSGD payload bytes this rank encoded
-    raw_bytes: int = 0         # fp32 bytes of uncompressed (small or warm-up) tensors
-    bytes_sent: int = 0        # bytes this rank puts on the wire (direct exchange, see _sent)
-    encode_s: float = 0.0
-    decode_s: float = 0.0
-    comm_s: float = 0.0
-    hook_s: float = 0.0        # wall seconds inside the hook: local work is hook_s - comm_s
-    buckets: int = 0
-    # (issued, wait start, wait end) time.perf_counter() seconds of every collective, in
-    # order: the waits split the step into local-work segments (the validation harness takes
-    # the slowest rank per segment, as each collective waits for it); issued < wait start
-    # when local work overlapped the collective.
-    waits: list = field(default_factory=list)
+class _Step:
+    """One backward's buckets."""
 
-    def as_dict(self) -> dict:
-        return {**self.__dict__, "waits": list(self.waits)}
+    index: int
+    stats: StepStats
+    runners: list
+    guarded: bool = False
+    closed: bool = False     # the last bucket was handed over
 
 
 class QSGDState:
@@ -82,7 +83,7 @@ class QSGDState:
     config : QSGDConfig
     transport : {"allgather", "scatter_reduce_allgather"}
     min_numel : int
-        Parameters with fewer elements are sent uncompressed (fp32 allreduce).
+        Parameters with fewer elements are sent uncompressed.
     warmup_steps : int
         Steps of plain allreduce before compression starts.
     error_feedback : bool
@@ -92,18 +93,24 @@ class QSGDState:
     seed : int
         Seed of the random streams (with rank, step and bucket index).
     timeout_s : float
-        Bound on each collective of the compressed path (seconds).
+        Longest wait, at the end of backward, for the step's collectives (seconds).
 
     Attributes
     ----------
     step : int
-        Steps completed (advanced after the last bucket of each backward).
+        Steps completed (advanced at the end of each backward).
     last_stats : dict
-        The finished step's ``payload_bytes``, ``raw_bytes``, ``bytes_sent`` (bytes),
-        ``encode_s``, ``decode_s``, ``comm_s``, ``hook_s`` (seconds; ``hook_s`` is the wall
-        time inside the hook, so ``hook_s - comm_s`` is its local work: copies, codec,
-        averaging), ``buckets``, ``waits`` (``(issued, wait start, wait end)``
-        ``time.perf_counter()`` seconds of each collective).
+        The finished step's ``payload_bytes`` (this rank's payloads), ``raw_bytes``
+        (uncompressed tensors), ``bytes_sent`` (bytes this rank sent to the others, as
+        :func:`qsgd.wireplan.wire_bytes` counts them), ``encode_s`` (local work in the hook:
+        copies, residuals, encode), ``decode_s`` (local work in callbacks: decode, averaging,
+        re-encode), ``hook_s`` (seconds inside the hook), ``wait_s`` (seconds backward's end
+        waited for the collectives), ``buckets`` and ``timeline``: per bucket ``bucket``,
+        ``called`` and ``returned`` (the hook's entry and exit), ``stages`` (name ->
+        ``[start, end]``), ``stages_cpu`` (name -> CPU seconds of the thread that ran it,
+        ``time.thread_time``), ``collectives`` (``name``, ``op``, ``dtype``, ``nbytes``, ``issued``,
+        ``done``) and ``done``, all ``time.perf_counter()`` seconds; ``payload_sizes``: bucket
+        index -> bytes of this rank's payloads of it (before any re-quantization).
     """
 
     def __init__(self, config: QSGDConfig, transport: str = "allgather", min_numel: int = 10_000,
@@ -131,11 +138,12 @@ class QSGDState:
         self.timeout_s = float(timeout_s)
         self.step = 0
         self.residuals: dict[int, torch.Tensor] = {}
-        self.last_stats: dict = _StepStats().as_dict()
-        self._stats = _StepStats()
+        self.last_stats: dict = StepStats().as_dict()
         self._checked = False
-        self._pending = None     # (work, what, issued at, done) of a collective in flight
+        self._stream = Stream()
+        self._current: _Step | None = None
         self._layouts: dict[tuple, tuple] = {}
+        self._plans: dict[tuple, WirePlan] = {}
         self._param_keys: dict[int, int] = {}
 
     # --- identity and checkpoints --------------------------------------------------------
@@ -179,291 +187,131 @@ class QSGDState:
         # The new fingerprint (with the restored step) is compared again on the next call.
         self._checked = False
 
-    # --- collectives with bounded waits ---------------------------------------------------
+    def plan(self, layout: BucketLayout, warmup: bool = False) -> WirePlan:
+        """The wire plan of a bucket with ``layout`` on this state's group (cached).
 
-    def _wait(self, work, what: str) -> None:
-        try:
-            work.wait(timedelta(seconds=self.timeout_s))
-        except Exception as exc:  # gloo/NCCL raise RuntimeError or DistBackendError subclasses
-            raise HookError(f"rank {self.rank}: {what} at step {self.step} failed or timed out "
-                            f"after timeout_s={self.timeout_s:g}: {exc}") from exc
-
-    def _collective(self, issue, what: str) -> None:
-        """Issue an async collective, wait for it (bounded), and record the wait.
-
-        A collective started with :meth:`_start` is finished first: collectives complete in
-        the order they were issued (one NCCL stream; gloo's queue), and the hook keeps it so.
+        For the elias codec the payload sizes are unknown until encoded: the plan's payload
+        collectives have ``exact=False`` and the hook checks their names and types only.
         """
-        self._finish_pending()
-        t0 = time.perf_counter()
-        self._wait(issue(), what)
-        t1 = time.perf_counter()
-        self._stats.comm_s += t1 - t0
-        self._stats.waits.append((t0, t0, t1))
+        key = (layout, warmup)
+        plan = self._plans.get(key)
+        if plan is None:
+            if warmup:
+                plan = wire_plan("fp32", BucketLayout((layout.numel,), (True,), layout.element_size),
+                                 self.world_size)
+            else:
+                plan = wire_plan(self.transport, layout, self.world_size, self.config,
+                                 payload_bytes=0 if self.config.codec != "packed" else None)
+            self._plans[key] = plan
+        return plan
 
-    def _start(self, issue, what: str, done) -> None:
-        """Issue an async collective and return; ``done()`` runs after its (bounded) wait."""
-        self._finish_pending()
-        t0 = time.perf_counter()
-        self._pending = (issue(), what, t0, done)
+    # --- the settings check ---------------------------------------------------------------
 
-    def _finish_pending(self) -> None:
-        if self._pending is None:
-            return
-        work, what, t_issue, done = self._pending
-        self._pending = None
-        t0 = time.perf_counter()
-        self._wait(work, what)
-        t1 = time.perf_counter()
-        self._stats.comm_s += t1 - t0
-        self._stats.waits.append((t_issue, t0, t1))
-        done()
-
-    def _all_gather(self, tensor: torch.Tensor, what: str) -> list[torch.Tensor]:
-        out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        self._collective(lambda: dist.all_gather(out, tensor, group=self.process_group,
-                                                 async_op=True), what)
-        return out
-
-    def _all_to_all(self, out: torch.Tensor, inp: torch.Tensor, out_splits, in_splits, what) -> None:
-        self._collective(lambda: dist.all_to_all_single(out, inp, out_splits, in_splits,
-                                                        group=self.process_group, async_op=True),
-                         what)
-
-    def _all_reduce_mean(self, tensor: torch.Tensor, what: str) -> torch.Tensor:
-        self._collective(lambda: dist.all_reduce(tensor, group=self.process_group, async_op=True),
-                         what)
-        return tensor.div_(self.world_size)
-
-    def check_peers(self) -> None:
-        """Compare :meth:`fingerprint` across ranks; :class:`HookError` names the first field that differs."""
+    def _fingerprint_program(self, run: Runner):
         text = json.dumps(self.fingerprint(), sort_keys=True).encode()
         if len(text) > _FINGERPRINT_BYTES:
             raise HookError(f"fingerprint: {len(text)} bytes exceed {_FINGERPRINT_BYTES}")
+        device = _group_device(self.process_group)
         buf = torch.zeros(_FINGERPRINT_BYTES, dtype=torch.uint8)
         buf[: len(text)] = torch.frombuffer(bytearray(text), dtype=torch.uint8)
-        device = _group_device(self.process_group)
-        got = self._all_gather(buf.to(device), "config fingerprint all_gather")
-        prints = [json.loads(bytes(g.cpu().numpy()).rstrip(b"\0")) for g in got]
-        mine = self.fingerprint()
-        for r, theirs in enumerate(prints):
-            for key in sorted(set(mine) | set(theirs)):
-                a, b = mine.get(key), theirs.get(key)
-                if isinstance(a, dict) and isinstance(b, dict):
-                    diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
-                    if diff:
-                        k = diff[0]
-                        raise HookError(f"ranks disagree on QSGDState field '{key}.{k}': rank "
-                                        f"{self.rank} has {a.get(k)!r}, rank {r} has {b.get(k)!r}")
-                elif a != b:
-                    raise HookError(f"ranks disagree on QSGDState field '{key}': rank {self.rank} "
-                                    f"has {a!r}, rank {r} has {b!r}")
+        buf = buf.to(device)
+        out = torch.empty(self.world_size * _FINGERPRINT_BYTES, dtype=torch.uint8, device=device)
+        yield Issue("config fingerprint all_gather", buf,
+                    lambda: _ALL_GATHER(out, buf, group=self.process_group, async_op=True))
+        got = out.cpu().view(self.world_size, _FINGERPRINT_BYTES)
+        prints = [json.loads(bytes(g.numpy()).rstrip(b"\0")) for g in got]
+        _compare_prints(self.fingerprint(), prints, self.rank)
         self._checked = True
+        self._stream.open_gate()
+        return None
 
-    # --- per-step bookkeeping -------------------------------------------------------------
+    def _start_check(self) -> Runner:
+        stream = self._stream
+        ticket = stream.ticket(1)
+        stream.gate = ticket
+        what = f"rank {self.rank}: config fingerprint at step {self.step}"
+        check = _FingerprintPlan(self.world_size)
+        run = Runner(stream, ticket, None, check, what, StepStats(), {}, torch.device("cpu"))
+        run.program = self._fingerprint_program(run)
+        stream.start(run)
+        return run
 
-    def _end_step(self) -> None:
-        self.last_stats = self._stats.as_dict()
-        self._stats = _StepStats()
-        self.step += 1
+    def check_peers(self) -> None:
+        """Compare :meth:`fingerprint` across ranks now (blocking, bounded by ``timeout_s``);
+        :class:`HookError` names the first field that differs. The hook does the same
+        asynchronously on its first call."""
+        run = self._start_check()
+        self._stream.finish_step([run], self.timeout_s, run.what)
 
+    # --- steps ----------------------------------------------------------------------------
 
-def _group_device(group) -> torch.device:
-    # NCCL moves only CUDA tensors; gloo only CPU ones here.
-    backend = dist.get_backend(group)
-    if backend == "nccl":
-        return torch.device("cuda", torch.cuda.current_device())
-    return torch.device("cpu")
+    def _step_for(self, bucket) -> _Step:
+        cur = self._current
+        if cur is not None and cur.closed:
+            # the previous backward ended without its end-of-backward callback (it raised)
+            self._close_step(cur, 0.0)
+            cur = None
+        if cur is None:
+            cur = self._current = _Step(self.step, StepStats(), [])
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(
+                    lambda step=cur: self._end_of_backward(step))
+                cur.guarded = True
+            except RuntimeError:
+                cur.guarded = False   # not inside backward: nothing to queue on
+        if bucket.is_last():
+            cur.closed = True
+        return cur
 
+    def _end_of_backward(self, step: _Step) -> None:
+        what = f"rank {self.rank}: step {step.index}"
+        wait_s = self._stream.finish_step(step.runners, self.timeout_s, what)
+        self._close_step(step, wait_s)
 
-def _param_key(state: QSGDState, p: torch.Tensor) -> int:
-    # Parameters are numbered in the order the hook first meets them. A fresh DDP's first
-    # iteration always uses the same bucket layout (reverse parameter order), so the numbering,
-    # and with it the residuals of a checkpoint, carry over to a new process.
-    key = state._param_keys.get(id(p))
-    if key is None:
-        key = state._param_keys[id(p)] = len(state._param_keys)
-    return key
-
-
-def _layout(state: QSGDState, bucket) -> tuple[list, torch.Tensor, list[int], list[int]]:
-    """Where the bucket's compressed and raw elements are in its buffer.
-
-    Returns ``(compressed_runs, raw_index, keys, numels)``: ``(offset, numel)`` runs of the
-    buffer holding the parameters with >= ``min_numel`` elements, parameter by parameter in
-    key order (adjacent runs merged), the positions of the others, and the compressed
-    parameters' keys and sizes in that order. The canonical order makes the payload (its
-    scale buckets and random streams) independent of DDP's bucket rebuild after the first
-    iteration, which reorders a bucket's parameters; so a resumed run quantizes exactly as
-    the uninterrupted one. Runs are copied with slices: an index gather reads an 8-byte index
-    per element, and took as long as the encode itself.
-    """
-    buf = bucket.buffer()
-    params = bucket.parameters()
-    keys = tuple(_param_key(state, p) for p in params)
-    cached = state._layouts.get(keys)
-    if cached is None:
-        numels = [p.numel() for p in params]
-        if sum(numels) != buf.numel():
-            raise HookError(f"bucket {bucket.index()}: parameters hold {sum(numels)} elements but "
-                            f"the buffer {buf.numel()}")
-        offsets = [sum(numels[:i]) for i in range(len(numels))]
-        big = sorted((k, o, n) for k, o, n in zip(keys, offsets, numels) if n >= state.min_numel)
-        small = [(o, n) for o, n in zip(offsets, numels) if n < state.min_numel]
-        runs: list[tuple[int, int]] = []
-        for _, o, n in big:
-            if runs and runs[-1][0] + runs[-1][1] == o:
-                runs[-1] = (runs[-1][0], runs[-1][1] + n)
-            else:
-                runs.append((o, n))
-        ridx = torch.cat([torch.arange(o, o + n) for o, n in small]) if small else torch.empty(0, dtype=torch.long)
-        cached = state._layouts[keys] = (runs, ridx.to(buf.device),
-                                         [k for k, _, _ in big], [n for _, _, n in big])
-    return cached
+    def _close_step(self, step: _Step, wait_s: float) -> None:
+        step.stats.wait_s = wait_s
+        for rec in step.stats.timeline:
+            rec["collectives"] = [h.record() if hasattr(h, "record") else h
+                                  for h in rec["collectives"]]
+        self.last_stats = step.stats.as_dict()
+        if self._current is step:
+            self._current = None
+        self.step = step.index + 1
 
 
-def _gather_runs(buf: torch.Tensor, runs) -> torch.Tensor:
-    """The elements of ``runs`` in order, as float32 (a view when one fp32 run covers them)."""
-    if len(runs) == 1:
-        o, n = runs[0]
-        return buf[o:o + n].float()
-    return torch.cat([buf[o:o + n] for o, n in runs]).float()
+def _compare_prints(mine: dict, prints: list, rank: int) -> None:
+    for r, theirs in enumerate(prints):
+        for key in sorted(set(mine) | set(theirs)):
+            a, b = mine.get(key), theirs.get(key)
+            if isinstance(a, dict) and isinstance(b, dict):
+                diff = [k for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+                if diff:
+                    k = diff[0]
+                    raise HookError(f"ranks disagree on QSGDState field '{key}.{k}': rank {rank} "
+                                    f"has {a.get(k)!r}, rank {r} has {b.get(k)!r}")
+            elif a != b:
+                raise HookError(f"ranks disagree on QSGDState field '{key}': rank {rank} has "
+                                f"{a!r}, rank {r} has {b!r}")
 
 
-def _scatter_runs(buf: torch.Tensor, runs, values: torch.Tensor) -> None:
-    start = 0
-    for o, n in runs:
-        buf[o:o + n].copy_(values[start:start + n])
-        start += n
+class _FingerprintPlan:
+    """The settings check's one collective, in the shape of a wire plan."""
+
+    def __init__(self, p: int):
+        from qsgd.wireplan import Collective, wire_bytes
+
+        n = _FINGERPRINT_BYTES
+        self.world_size = p
+        self.collectives = (Collective("config fingerprint all_gather", "allgather", "uint8", n,
+                                       wire_bytes("allgather", n, p), None),)
 
 
-def _encode(state: QSGDState, x: torch.Tensor, rank: int, bucket: int) -> torch.Tensor:
-    t0 = time.perf_counter()
-    payload = encode(x, state.config, state.seed, rank=rank, step=state.step, bucket=bucket)
-    state._stats.encode_s += time.perf_counter() - t0
-    state._stats.payload_bytes += payload.numel()
-    return payload
+TRANSPORTS.update(PROGRAMS)
 
 
-def _decode(state: QSGDState, payload: torch.Tensor, device) -> torch.Tensor:
-    t0 = time.perf_counter()
-    out = decode(payload, device=device)
-    state._stats.decode_s += time.perf_counter() - t0
-    return out
-
-
-def _gather_payloads(state: QSGDState, payload: torch.Tensor, numels: list[int], what: str,
-                     raw: torch.Tensor | None = None) -> tuple[list, list | None]:
-    """All ranks' payloads (unpadded), and their ``raw`` tensors; rank ``r`` encoded ``numels[r]``.
-
-    Packed payloads have a size every rank can compute (:func:`qsgd.payload_nbytes`), so one
-    all_gather moves them; Elias sizes depend on the data and are all-gathered first. On a
-    latency-bound network (small buckets, or CPU ranks that share cores) that second round
-    trip costs as much as the payload itself. ``raw`` (same size on every rank) travels in
-    front of the payload in the same all_gather, as its bytes: a separate allreduce of a few
-    KB would cost another round trip of latency.
-    """
-    device = _group_device(state.process_group)
-    rank = state.rank
-    if state.config.codec == "packed":
-        sizes = [payload_nbytes(n, state.config) for n in numels]
-        if payload.numel() != sizes[rank]:
-            raise HookError(f"{what}: rank {rank} encoded {payload.numel()} bytes for "
-                            f"{numels[rank]} elements, expected {sizes[rank]}")
-    else:
-        meta = torch.tensor([payload.numel(), numels[rank]], dtype=torch.int64, device=device)
-        metas = [m.cpu() for m in state._all_gather(meta, f"{what} size all_gather")]
-        got_numels = [int(m[1]) for m in metas]
-        if got_numels != list(numels):
-            raise HookError(f"{what}: ranks hold element counts {got_numels}, expected "
-                            f"{list(numels)} (the models or min_numel differ across ranks)")
-        sizes = [int(m[0]) for m in metas]
-    # raw first: each gathered buffer starts on an allocation, so its raw bytes view back
-    # as raw's dtype whatever the payload sizes
-    lead = 0 if raw is None else raw.numel() * raw.element_size()
-    padded = torch.zeros(lead + max(sizes), dtype=torch.uint8, device=device)
-    if raw is not None:
-        padded[:lead] = raw.contiguous().view(torch.uint8).to(device)
-    padded[lead: lead + payload.numel()] = payload.to(device)
-    got = state._all_gather(padded, f"{what} payload all_gather")
-    raws = None if raw is None else [g[:lead].view(raw.dtype).to(raw.device) for g in got]
-    return [g[lead: lead + s] for g, s in zip(got, sizes)], raws
-
-
-def _mean_in_order(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Their mean, summed in list order into one buffer: every rank adds the same tensors in
-    the same order (identical results), and a stack would allocate all of them again."""
-    acc = tensors[0].clone()
-    for t in tensors[1:]:
-        acc.add_(t)
-    return acc.div_(len(tensors))
-
-
-def _allgather(state: QSGDState, x: torch.Tensor, bucket: int, raw=None):
-    p, rank = state.world_size, state.rank
-    payload = _encode(state, x, rank, bucket)
-    state._stats.bytes_sent += (p - 1) * payload.numel()
-    raws = None
-    if p == 1:
-        decoded = [_decode(state, payload, x.device)]
-    else:
-        payloads, raws = _gather_payloads(state, payload, [x.numel()] * p, f"bucket {bucket}", raw)
-        decoded = [_decode(state, g, x.device) for g in payloads]
-    return _mean_in_order(decoded), decoded[rank], None if raws is None else _mean_in_order(raws)
-
-
-def _scatter_reduce_allgather(state: QSGDState, x: torch.Tensor, bucket: int, raw=None):
-    if raw is not None:
-        raise HookError("scatter_reduce_allgather does not carry raw tensors (see _RAW_IN_PAYLOAD)")
-    p, rank = state.world_size, state.rank
-    chunks = torch.tensor_split(x, p)
-    # Distinct streams: chunk j of bucket b is stream bucket = b * p + j; the re-quantization of
-    # the owner's mean uses rank p + owner so it never reuses a first-phase stream.
-    payloads = [_encode(state, c, rank, bucket * p + j) for j, c in enumerate(chunks)]
-    own = torch.cat([_decode(state, pl, x.device) for pl in payloads]) if state.error_feedback else None
-    device = _group_device(state.process_group)
-    if p == 1:
-        mine = [payloads[0]]
-    else:
-        state._stats.bytes_sent += sum(pl.numel() for j, pl in enumerate(payloads) if j != rank)
-        in_splits = [pl.numel() for pl in payloads]
-        if state.config.codec == "packed":
-            # every rank's chunk ``rank`` has the same length: its payload size is known
-            out_splits = [payload_nbytes(chunks[rank].numel(), state.config)] * p
-        else:
-            in_sizes = torch.tensor(in_splits, dtype=torch.int64, device=device)
-            out_sizes = torch.empty_like(in_sizes)
-            state._all_to_all(out_sizes, in_sizes, None, None,
-                              f"bucket {bucket} chunk size all_to_all")
-            out_splits = out_sizes.cpu().tolist()
-        recv = torch.empty(sum(out_splits), dtype=torch.uint8, device=device)
-        state._all_to_all(recv, torch.cat(payloads).to(device), out_splits, in_splits,
-                          f"bucket {bucket} chunk all_to_all")
-        mine = list(torch.split(recv, out_splits))
-    summed = torch.stack([_decode(state, pl, x.device) for pl in mine]).sum(0).div_(p)
-    requant = _encode(state, summed, p + rank, bucket * p + rank)
-    state._stats.bytes_sent += (p - 1) * requant.numel()
-    if p == 1:
-        parts = [requant]
-    else:
-        parts, _ = _gather_payloads(state, requant, [c.numel() for c in chunks],
-                                    f"bucket {bucket} mean chunk")
-    mean = torch.cat([_decode(state, pl, x.device) for pl in parts])
-    return mean, own, None
-
-
-TRANSPORTS.update(allgather=_allgather, scatter_reduce_allgather=_scatter_reduce_allgather)
-#: Transports whose payload all_gather also carries the bucket's uncompressed small tensors
-#: (each rank receives them from every other: (p-1) x their bytes, in proportion to the
-#: payloads it receives anyway). The others send them by a ring allreduce issued before the
-#: encode, whose bytes do not grow with p.
-_RAW_IN_PAYLOAD = frozenset({"allgather"})
-
-
-def _completed(tensor: torch.Tensor) -> torch.futures.Future:
-    fut = torch.futures.Future()
-    fut.set_result(tensor)
-    return fut
+def _result(fut) -> torch.Tensor:
+    # Re-raises a failed bucket's HookError inside DDP's own wait (outside backward).
+    return fut.wait()
 
 
 # DDP checks this exact return annotation (a string annotation would be refused).
@@ -478,7 +326,8 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
     Returns
     -------
     torch.futures.Future[Tensor]
-        The averaged flat bucket (written into the bucket's buffer).
+        The averaged flat bucket (written into the bucket's buffer), completed in a callback
+        after the bucket's last collective.
 
     Examples
     --------
@@ -495,62 +344,33 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
     >>> dist.destroy_process_group()
     """
     t_enter = time.perf_counter()
-    buf = bucket.buffer()
+    stream = state._stream
+    if stream.failure is not None:
+        raise HookError(f"rank {state.rank}: an earlier collective of this QSGDState failed: "
+                        f"{stream.failure}")
+    step = state._step_for(bucket)
+    if not state._checked and stream.gate is None:
+        state._start_check()
+    cruns, ridx, ckeys, cnumels, layout = _layout(state, bucket)
+    warm = step.index < state.warmup_steps
+    plan = state.plan(layout, warm)
     index = bucket.index()
-    try:
-        if not state._checked:
-            state.check_peers()
-        state._stats.buckets += 1
-        # Number the parameters on the very first call, warm-up included (see _param_key).
-        cruns, ridx, ckeys, cnumels = _layout(state, bucket)
-        if state.step < state.warmup_steps:
-            state._stats.raw_bytes += buf.numel() * buf.element_size()
-            state._stats.bytes_sent += _ring_allreduce_bytes(buf.numel() * buf.element_size(),
-                                                             state.world_size)
-            if state.world_size > 1:
-                state._all_reduce_mean(buf, f"bucket {index} warm-up allreduce")
-            return _completed(buf)
-        p = state.world_size
-        small = buf[ridx] if ridx.numel() else None
-        fold = small is not None and bool(cruns) and p > 1 and state.transport in _RAW_IN_PAYLOAD
-        if small is not None:
-            nbytes = small.numel() * small.element_size()
-            state._stats.raw_bytes += nbytes
-            state._stats.bytes_sent += (p - 1) * nbytes if fold else _ring_allreduce_bytes(nbytes, p)
-            if p > 1 and not fold:
-                # In flight while the compressed part is copied and encoded (PyTorch's
-                # PowerSGD hook overlaps its uncompressed tensors the same way); finished
-                # before the next collective. A small allreduce is all latency.
-                def done(small=small):
-                    buf[ridx] = small.div_(state.world_size)
-                state._start(lambda: dist.all_reduce(small, group=state.process_group,
-                                                     async_op=True),
-                             f"bucket {index} small-tensor allreduce", done)
-        if cruns:
-            x = _gather_runs(buf, cruns)
-            if state.error_feedback and all(k in state.residuals for k in ckeys):
-                x = x + torch.cat([state.residuals[k].to(x.device) for k in ckeys])
-            mean, own, small_mean = TRANSPORTS[state.transport](state, x, index,
-                                                                small if fold else None)
-            if small_mean is not None:
-                buf[ridx] = small_mean
-            if state.error_feedback:
-                # Kept per parameter (not per bucket) so that a rebuilt bucket layout still matches.
-                for k, r in zip(ckeys, torch.split((x - own).detach(), cnumels)):
-                    state.residuals[k] = r
-            _scatter_runs(buf, cruns, mean.to(buf.dtype))
-        state._finish_pending()
-        return _completed(buf)
-    finally:
-        state._pending = None    # only left over when an error is on its way out
-        state._stats.hook_s += time.perf_counter() - t_enter
-        if bucket.is_last():
-            state._end_step()
-
-
-def _ring_allreduce_bytes(nbytes: int, p: int) -> int:
-    """Bytes one rank sends in a ring allreduce of ``nbytes``: ``2 (p-1)/p n`` (Patarasuk & Yuan 2009)."""
-    return 0 if p == 1 else int(round(2 * (p - 1) * nbytes / p))
+    record = {"bucket": index, "called": t_enter}
+    step.stats.timeline.append(record)
+    step.stats.buckets += 1
+    what = f"rank {state.rank}: bucket {index} at step {step.index}"
+    runner = Runner(stream, stream.ticket(len(plan.collectives)), None, plan, what, step.stats,
+                    record, bucket.buffer().device)
+    b = _Bucket(state, bucket, step.index, runner)
+    runner.program = _warmup(b) if warm else TRANSPORTS[state.transport](b)
+    step.runners.append(runner)
+    stream.start(runner)
+    record["returned"] = time.perf_counter()
+    step.stats.hook_s += record["returned"] - t_enter
+    if step.closed and not step.guarded:
+        # outside backward: nothing runs at its end, so the step ends with its last bucket
+        state._close_step(step, 0.0)
+    return runner.result.then(_result)
 
 
 __all__ = ["QSGDState", "qsgd_hook", "TRANSPORTS"]

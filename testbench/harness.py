@@ -7,19 +7,19 @@ per namespace of :mod:`.testbed`); rank 0 writes a :class:`MeasuredTrace`:
   ``min_bytes`` to ``max_bytes`` by ``factor``; ``warmup`` untimed runs, then ``iters``
   timed repetitions, each started after a barrier). A repetition's time is the slowest
   rank's (the collective is done when the last rank is), and the point is the median.
-- real DDP training steps of a communication-bound model (a wide MLP) with fp32 allreduce
-  and with :func:`qsgd.qsgd_hook`, median seconds per step, plus what the emulator needs to
-  predict the same step: the compute time measured with all ranks computing at once (as they
-  do in training, so CPU contention is the same), and the QSGD payload size and encode/decode
-  seconds of the model's real gradients.
-
-Gradients go in one DDP bucket (``bucket_cap_mb`` above the model size) so that the step is
-compute, then communication, with no overlap to model; the prediction in :mod:`.compare`
-composes the same three terms.
+- real DDP training steps of a deep MLP whose gradients fill several buckets
+  (``bucket_cap_mb``), so that buckets communicate while backward goes on: fp32 allreduce,
+  fp16 allreduce and :func:`qsgd.qsgd_hook` at each bit width. Each point has the median
+  seconds per step, the measured timeline of every bucket (ready, first collective issued,
+  last collective done, done; :mod:`.steptiming`), and the :class:`qsgd.PayloadTrace` that
+  :func:`emulator.replay` predicts the same steps from: the compute alone (DDP with a hook
+  that communicates nothing, all ranks computing at once, so CPU contention is the same),
+  each bucket's ready time, and the hook's own in-step stage seconds.
 """
 from __future__ import annotations
 
 import datetime
+import gc
 import os
 import platform
 import socket
@@ -27,12 +27,13 @@ import statistics
 import time
 from dataclasses import dataclass
 
+import emulator
 from emulator.validation import CollectivePoint, MeasuredTrace, TrainingPoint
 
 from .errors import ConfigError
-from ._checks import is_int
+from ._checks import is_int, is_number
 
-__all__ = ["HarnessConfig", "sizes", "run", "sweep_collective", "time_training"]
+__all__ = ["HarnessConfig", "sizes", "run", "sweep_collective", "time_training", "build_mlp"]
 
 SWEEP_OPS = ("allreduce", "allgather")
 
@@ -55,12 +56,18 @@ class HarnessConfig:
         QSGD bit widths to time besides fp32 (empty: no training steps).
     train_transport : str
         QSGD transport of the hook: ``"allgather"`` or ``"scatter_reduce_allgather"``.
+    train_fp16 : bool
+        Also time DDP's fp16 allreduce.
     width, depth : int
-        Wide MLP: ``depth`` hidden layers of ``width`` units (parameters ~ depth * width**2).
+        Deep MLP: ``depth`` hidden layers of ``width`` units (parameters ~ depth * width**2).
     batch_size : int
         Samples per rank per step.
+    bucket_cap_mb : float
+        DDP's bucket cap (MiB): a layer of ``width**2`` fp32 elements above it fills a bucket
+        of its own.
     train_warmup, train_steps : int
-        Untimed and timed training steps per transport.
+        Untimed and timed training steps per transport (at least 2 untimed: DDP rebuilds its
+        buckets in the second step).
     timeout_s : float
         Process-group timeout, seconds: a dead peer fails a collective instead of hanging.
     """
@@ -73,9 +80,11 @@ class HarnessConfig:
     iters: int = 5
     train_bits: tuple = (4,)
     train_transport: str = "allgather"
+    train_fp16: bool = True
     width: int = 1024
-    depth: int = 3
-    batch_size: int = 16
+    depth: int = 6
+    batch_size: int = 32
+    bucket_cap_mb: float = 4.0
     train_warmup: int = 2
     train_steps: int = 5
     bucket_size: int = 512
@@ -92,10 +101,14 @@ class HarnessConfig:
             v = getattr(self, name)
             if not is_int(v) or v < 1:
                 raise ConfigError(f"{name} {v!r} must be a positive integer")
-        for name in ("warmup", "train_warmup"):
+        for name, low in (("warmup", 0), ("train_warmup", 2)):
             v = getattr(self, name)
-            if not is_int(v) or v < 0:
-                raise ConfigError(f"{name} {v!r} must be an integer >= 0")
+            if not is_int(v) or v < low:
+                raise ConfigError(f"{name} {v!r} must be an integer >= {low}")
+        if not is_number(self.bucket_cap_mb) or not self.bucket_cap_mb > 0:
+            raise ConfigError(f"bucket_cap_mb {self.bucket_cap_mb!r} must be a positive number of MiB")
+        if not isinstance(self.train_fp16, bool):
+            raise ConfigError(f"train_fp16 {self.train_fp16!r} must be true or false")
         if self.max_bytes < self.min_bytes:
             raise ConfigError(f"max_bytes {self.max_bytes} is below min_bytes {self.min_bytes}")
         if not isinstance(self.factor, int) or self.factor < 2:
@@ -165,7 +178,7 @@ def sweep_collective(op: str, nbytes: int, warmup: int, iters: int) -> Collectiv
 
 
 def build_mlp(width: int, depth: int, in_features: int = 256, classes: int = 10, seed: int = 0):
-    """A wide MLP: few FLOPs per parameter, so its steps are bound by the gradient exchange."""
+    """A deep MLP: few FLOPs per parameter, so its steps are bound by the gradient exchange."""
     import torch
     from torch import nn
 
@@ -178,79 +191,13 @@ def build_mlp(width: int, depth: int, in_features: int = 256, classes: int = 10,
     return nn.Sequential(*layers)
 
 
-def _boot_id() -> str | None:
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return None
-
-
-def _timed_steps(step, warmup, steps, dist, waits=None):
-    """Per-step seconds: ``(wall, busy, overlaps, collectives)``; wall of the slowest rank.
-
-    ``waits()``, called after each step, returns that step's collectives as ``(issued, wait
-    start, wait end)`` ``time.perf_counter()`` triples (the QSGD hook's ``waits``). The waits
-    cut the step into local-work segments (compute, codec, copies: what the network does not
-    decide); each collective waits for the slowest rank's segment before it, so ``busy`` is
-    the sum over segments of the max over ranks (max over ranks of the sum when ranks cut
-    their steps differently). ``overlaps`` per step and collective: the local work done
-    while it was in flight (wait start - issued), the least over ranks. None without
-    ``waits``.
-
-    ``collectives`` lists, per step, each collective's seconds from the last rank's issue to
-    the last rank's exit: what the network took, to set next to the emulator's figure. It
-    needs one clock for all ranks (``time.perf_counter`` is CLOCK_MONOTONIC, shared by the
-    namespaces of one kernel: same ``boot_id``); None otherwise.
-    """
-    for _ in range(warmup):
-        step()
-    wall, segs, raw = [], [], []
-    dist.barrier()
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step()
-        t1 = time.perf_counter()
-        wall.append(t1 - t0)
-        if waits is not None:
-            raw.append(list(waits()))
-            edges = [t0, *(t for _, start, end in raw[-1] for t in (start, end)), t1]
-            segs.append([edges[i + 1] - edges[i] for i in range(0, len(edges), 2)])
-    wall = _group_max(wall, dist)
-    if waits is None:
-        return wall, None, None, None
-    every = [None] * dist.get_world_size()
-    dist.all_gather_object(every, (_boot_id(), segs, raw))
-    overlaps, collectives = [], []
-    for per_rank in zip(*(r for _, _, r in every)):
-        if len({len(w) for w in per_rank}) == 1:
-            overlaps.append([min(w - i for i, w, _ in col) for col in zip(*per_rank)])
-            collectives.append([max(e for _, _, e in col) - max(i for i, _, _ in col)
-                                for col in zip(*per_rank)])
-    if len({b for b, _, _ in every}) != 1 or every[0][0] is None:
-        collectives = None
-    return wall, critical_busy([s for _, s, _ in every]), overlaps, collectives
-
-
-def critical_busy(segments) -> list[float]:
-    """Seconds per step that the slowest ranks keep the others waiting, collectives excluded.
-
-    ``segments[rank][step]`` is that rank's list of local-work seconds between collectives.
-    A collective starts when its last rank arrives, so a step's busy time is the sum over
-    segments of the max over ranks; ranks that cut a step differently (a different number
-    of collectives) fall back to the max over ranks of their sums.
-    """
-    busy = []
-    for per_rank in zip(*segments):
-        if len({len(x) for x in per_rank}) == 1:
-            busy.append(sum(max(col) for col in zip(*per_rank)))
-        else:
-            busy.append(max(sum(x) for x in per_rank))
-    return busy
+#: what the harness times -> (TrainingPoint transport, emulator.replay transport); QSGD's
+#: replay transport is ``qsgd_`` + the hook's
+DENSE_POINTS = {32: ("allreduce", "fp32"), 16: ("allreduce", "fp16")}
 
 
 def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
-    """Median step seconds of DDP on a wide MLP: fp32 allreduce, then QSGD at each bit width."""
+    """Timed DDP steps of a deep MLP: fp32, fp16 and QSGD at each bit width (see the module doc)."""
     import torch
     import torch.distributed as dist
     from torch import nn
@@ -258,118 +205,112 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
 
     import qsgd
 
+    from . import steptiming as st
+
     p, rank = dist.get_world_size(), dist.get_rank()
     gen = torch.Generator().manual_seed(cfg.seed + rank)
     x = torch.randn(cfg.batch_size, 256, generator=gen)
     y = torch.randint(0, 10, (cfg.batch_size,), generator=gen)
     loss_fn = nn.CrossEntropyLoss()
-    base = build_mlp(cfg.width, cfg.depth, seed=cfg.seed)
-    params = list(base.parameters())
-    numel = sum(q.numel() for q in params)
-    min_numel = 10_000
-    big = [q for q in params if q.numel() >= min_numel]
-    compressed_numel = sum(q.numel() for q in big)
-    raw_numel = numel - compressed_numel
-    cap_mb = numel * 4 / 2**20 + 1      # one bucket: compute, then communicate (no overlap)
+    min_numel = qsgd.buckets.DEFAULT_MIN_NUMEL
+    cap_bytes = int(cfg.bucket_cap_mb * 2**20)
 
-    # Compute alone, all ranks at once (same CPU contention as in training).
-    local_model = build_mlp(cfg.width, cfg.depth, seed=cfg.seed)
-    opt = torch.optim.SGD(local_model.parameters(), lr=1e-3)
-
-    def local_step():
-        opt.zero_grad(set_to_none=False)
-        loss_fn(local_model(x), y).backward()
-        opt.step()
-    compute_s = statistics.median(_timed_steps(local_step, cfg.train_warmup, cfg.train_steps, dist)[0])
-    grads = [q.grad.detach().clone() for q in local_model.parameters() if q.numel() >= min_numel]
-    flat = torch.cat([g.reshape(-1) for g in grads])
-
-    points = []
-    common = {"numel": numel, "compressed_numel": compressed_numel, "raw_numel": raw_numel,
-              "batch_size": cfg.batch_size, "compute_s": compute_s,
-              "width": cfg.width, "depth": cfg.depth, "min_numel": min_numel}
-    for bits in (32, *cfg.train_bits):
+    def make(hook, state):
         model = build_mlp(cfg.width, cfg.depth, seed=cfg.seed)
-        ddp = DDP(model, bucket_cap_mb=cap_mb)
-        extra = dict(common)
-        hook_stats = []
-        state = None
-        if bits == 32:
-            transport = "allreduce"
-            bytes_per_step = int(2 * (p - 1) / p * numel * 4)    # ring allreduce, per rank
-        else:
-            transport = cfg.train_transport
-            qcfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=cfg.bucket_size)
-            state = qsgd.QSGDState(qcfg, transport=transport, min_numel=min_numel, seed=cfg.seed)
-            ddp.register_comm_hook(state, qsgd.qsgd_hook)
-            enc, dec, payload = _codec_seconds(flat, qcfg, cfg, rank)
-            extra.update(payload_bytes=payload, encode_s=enc, decode_s=dec,
-                         levels=qcfg.levels, bucket_size=qcfg.bucket_size, codec=qcfg.codec)
-            # the hook's allgather carries the raw tensors in front of the payload; the
-            # scatter-reduce-allgather transport allreduces them (ring)
-            raw_sent = ((p - 1) * raw_numel * 4 if transport == "allgather"
-                        else 2 * (p - 1) / p * raw_numel * 4)
-            bytes_per_step = int((p - 1) * payload + raw_sent)
+        ddp = DDP(model, bucket_cap_mb=cfg.bucket_cap_mb)
+        ddp.register_comm_hook(state, hook)
         sgd = torch.optim.SGD(ddp.parameters(), lr=1e-3)
 
         def step():
             sgd.zero_grad(set_to_none=False)
-            loss_fn(ddp(x), y).backward()
+            loss = loss_fn(ddp(x), y)
+            t_fwd = time.perf_counter()
+            loss.backward()
+            t_bwd = time.perf_counter()
             sgd.step()
+            return t_fwd, t_bwd
+        return model, step
 
-        def waits():
-            hook_stats.append(dict(state.last_stats))
-            return hook_stats[-1]["waits"]
-        samples, busy, overlaps, coll = _timed_steps(step, cfg.train_warmup, cfg.train_steps,
-                                                     dist, waits if state is not None else None)
-        if state is not None:
-            # What the network does not decide, as the real steps spent it (the payload
-            # trace's view): compute, the hook's local work (copies, encode, p decodes,
-            # averaging) and DDP's own copies, slowest rank per segment between
-            # collectives. The emulator predicts the rest. Re-timing the hook's pipeline
-            # stand-alone instead put it 8x too high on 4 ranks sharing 2 cores (344 ms
-            # against 39 ms in the steps); the max over ranks of whole steps, 10-15% low.
-            extra["busy_s"] = statistics.median(busy)
-            if overlaps and len({len(o) for o in overlaps}) == 1:
-                # median per collective, in the hook's order: the local work that ran while
-                # it was in flight (the small-tensor allreduce under the encode)
-                extra["overlaps_s"] = [statistics.median(o) for o in zip(*overlaps)]
-            if coll and len({len(c) for c in coll}) == 1:
-                # median per collective, in the hook's order (diagnostics: the prediction
-                # does not use them)
-                extra["collectives_s"] = [statistics.median(c) for c in zip(*coll)]
-            # the hook's own timings: each rank's median step, then the slowest rank
-            med = {f"hook_{k}": statistics.median(h[k] for h in hook_stats)
-                   for k in ("encode_s", "decode_s", "comm_s")}
-            med["local_s"] = statistics.median(h["hook_s"] - h["comm_s"] for h in hook_stats)
-            extra.update(zip(med, _group_max(list(med.values()), dist)))
+    # the compute alone, all ranks at once; its buckets are the layout every run shares
+    noop = st.NoopState()
+    model0, step = make(st.noop_hook, noop)
+    compute = st.gather_slowest(st.run_steps(step, noop.take, cfg.train_warmup, cfg.train_steps))
+    names = {id(q): n for n, q in model0.named_parameters()}
+    layout = dict(noop.layout)
+    numel = sum(q.numel() for q in model0.parameters())
+    compressed = sum(q.numel() for q in model0.parameters() if q.numel() >= min_numel)
+    common = {"numel": numel, "compressed_numel": compressed, "raw_numel": numel - compressed,
+              "batch_size": cfg.batch_size, "compute_s": statistics.median(compute.wall),
+              "width": cfg.width, "depth": cfg.depth, "min_numel": min_numel,
+              "bucket_cap_mb": cfg.bucket_cap_mb, "buckets": len(layout),
+              "compute_timeline": st.bucket_summary(compute),
+              "compute_forward_s": statistics.median(compute.forward_end),
+              "compute_backward_end_s": statistics.median(compute.backward_end)}
+    device = environment_device()
+    first_cfg = qsgd.QSGDConfig.from_bits(cfg.train_bits[0] if cfg.train_bits else 4,
+                                          bucket_size=cfg.bucket_size)
+
+    def trace_of(qcfg, buckets=None, sizes=None):
+        return st.payload_trace(model0, names, compute, layout, buckets, sizes, qcfg,
+                                min_numel=min_numel, batch_size=cfg.batch_size, input_shape=(256,),
+                                bucket_cap_bytes=cap_bytes, seed=cfg.seed, device_name=device)
+
+    runs = [(32, None)] + ([(16, None)] if cfg.train_fp16 else []) + [(b, b) for b in cfg.train_bits]
+    points = []
+    for bits, qbits in runs:
+        extra = dict(common)
+        if qbits is None:
+            transport, replay_transport = DENSE_POINTS[bits]
+            state = st.DenseHookState("fp32" if bits == 32 else "fp16")
+            model, step = make(st.dense_hook, state)
+            records = state.take
+            qcfg = first_cfg
+        else:
+            transport, replay_transport = cfg.train_transport, f"qsgd_{cfg.train_transport}"
+            qcfg = qsgd.QSGDConfig.from_bits(qbits, bucket_size=cfg.bucket_size)
+            state = qsgd.QSGDState(qcfg, transport=transport, min_numel=min_numel, seed=cfg.seed,
+                                   timeout_s=cfg.timeout_s)
+            model, step = make(qsgd.qsgd_hook, state)
+
+            def records(state=state):
+                return state.last_stats["timeline"]
+        rec = st.gather_slowest(st.run_steps(step, records, cfg.train_warmup, cfg.train_steps))
+        buckets = st.bucket_summary(rec)
+        if qbits is None:
+            trace = trace_of(qcfg)
+        else:
+            trace = trace_of(qcfg, buckets, state.last_stats["payload_sizes"])
+            extra.update(payload_bytes=sum(b.payload_bytes for b in trace.iterations[0].buckets),
+                         encode_s=sum(b["encode_s"] for b in buckets),
+                         decode_s=sum(b["decode_s"] for b in buckets),
+                         levels=qcfg.levels, bucket_size=qcfg.bucket_size, codec=qcfg.codec)
+        plans = [emulator.bucket_plan(trace, k, replay_transport, p) for k in range(trace.num_buckets)]
+        extra.update(replay_transport=replay_transport, payload_trace=trace.to_dict(),
+                     timeline=buckets, forward_end_s=statistics.median(rec.forward_end),
+                     backward_end_s=statistics.median(rec.backward_end))
         points.append(TrainingPoint(model=f"mlp{cfg.depth}x{cfg.width}", transport=transport,
-                                    bits=bits, iteration_s=statistics.median(samples),
-                                    samples_s=tuple(samples), bytes_per_step=bytes_per_step,
-                                    extra=extra))
-        del ddp, model
+                                    bits=bits, iteration_s=statistics.median(rec.wall),
+                                    samples_s=tuple(rec.wall),
+                                    bytes_per_step=sum(pl.wire_bytes for pl in plans), extra=extra))
+        del model, step, state
+    # DDP models and their hooks' futures hold Python callbacks: free them now, while the
+    # interpreter is whole (freed at exit, by gloo's threads, they aborted 2 of 4 ranks)
+    del model0, noop, make, records
+    gc.collect()
     return points
 
 
-def _codec_seconds(flat, qcfg, cfg, rank):
-    """Stand-alone codec seconds on this rank's gradient: ``(encode_s, decode_s, payload_bytes)``.
-
-    Medians of one encode and one decode (no communication, all ranks at once); reference
-    figures next to the hook's own in-step timings, which the prediction uses.
-    """
-    import qsgd
-
-    payload = qsgd.encode(flat, qcfg, cfg.seed, rank=rank)
-    qsgd.decode(payload)
-    enc, dec = [], []
-    for i in range(max(5, cfg.train_steps)):
-        t0 = time.perf_counter()
-        payload = qsgd.encode(flat, qcfg, cfg.seed, rank=rank, step=i)
-        t1 = time.perf_counter()
-        qsgd.decode(payload)
-        enc.append(t1 - t0)
-        dec.append(time.perf_counter() - t1)
-    return statistics.median(enc), statistics.median(dec), int(payload.numel())
+def environment_device() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else the platform's processor."""
+    device = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return device
 
 
 def environment(cfg: HarnessConfig) -> dict:
@@ -380,15 +321,7 @@ def environment(cfg: HarnessConfig) -> dict:
     host = os.environ.get("QSGD_TESTBED_HOST") or socket.gethostname()
     hosts = [None] * p
     dist.all_gather_object(hosts, host)
-    device = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    device = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
+    device = environment_device()
     env = {"backend": dist.get_backend(), "world_size": p, "hosts": hosts, "devices": ["cpu"] * p,
            "device_name": device, "cpus": os.cpu_count(), "torch_version": torch.__version__,
            "python_version": platform.python_version(), "source": "harness",
@@ -444,5 +377,6 @@ def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | N
             return None
         return MeasuredTrace(environment=env, collectives=tuple(points), training=tuple(training))
     finally:
+        gc.collect()
         if init and dist.is_initialized():
             dist.destroy_process_group()

@@ -1,10 +1,11 @@
 """Validation page: predicted against measured times, from a report or a measured log.
 
 Three uploads are understood: a ValidationReport (``qsgd-validation-report``: its points are
-drawn as they are), a MeasuredTrace (``qsgd-measured-trace``) or an nccl-tests log (text, or
-``-J`` JSON): their collectives are predicted with ``emulator.run_collective`` on the chosen
-topology and compared. Reports stored in the run store (kind ``validation-report``) can be
-picked as well.
+drawn as they are, and for each training step with bucket timelines the measured and the
+emulator's timelines side by side, ``emulator.figures.timeline_comparison``), a MeasuredTrace
+(``qsgd-measured-trace``) or an nccl-tests log (text, or ``-J`` JSON): their collectives are
+predicted with ``emulator.run_collective`` on the chosen topology and compared. Reports stored
+in the run store (kind ``validation-report``) can be picked as well.
 """
 from __future__ import annotations
 
@@ -53,7 +54,8 @@ def load_upload(contents: str | None, filename: str | None, topology_spec: str |
     if fmt == "qsgd-validation-report":
         points = jobs.report_points(data, filename)
         return {"points": points, "source": f"report {filename}",
-                "topology": data.get("topology"), "summary": summarize(points)}
+                "topology": data.get("topology"), "summary": summarize(points),
+                "training": training_steps(data)}
     if fmt == "qsgd-measured-trace":
         measured = jobs.measured_collectives(data, filename)
     else:
@@ -66,6 +68,33 @@ def load_upload(contents: str | None, filename: str | None, topology_spec: str |
                                  measured.get("world_size"))
     return {"points": points, "source": f"{filename} predicted on {spec}",
             "topology": spec, "summary": summarize(points)}
+
+
+def training_steps(report: Mapping[str, Any]) -> list[dict]:
+    """The report's training rows that carry measured and predicted bucket timelines."""
+    rows = report.get("training") or []
+    return [dict(r) for r in rows if isinstance(r, Mapping) and isinstance(r.get("timeline"), Mapping)
+            and r["timeline"].get("measured") and r["timeline"].get("predicted")]
+
+
+def step_options(result: Mapping[str, Any] | None) -> list[dict]:
+    """Dropdown options, one per training step of the result."""
+    out = []
+    for i, r in enumerate((result or {}).get("training") or []):
+        label = f"{r.get('replay_transport') or r.get('transport')} {r.get('bits')} bits"
+        if r.get("rel_error") is not None:
+            label += f" (step error {r['rel_error']:+.1%})"
+        out.append({"label": label, "value": i})
+    return out
+
+
+def draw_timeline(result: Mapping[str, Any] | None, index) -> Any:
+    """Measured against predicted bucket timelines of training step ``index`` of the result."""
+    steps = (result or {}).get("training") or []
+    if index is None or not isinstance(index, int) or not 0 <= index < len(steps):
+        return figures.message_figure("upload a ValidationReport with training steps",
+                                      "bucket timelines, measured and emulated")
+    return jobs.api("emulator", "figures").timeline_comparison(steps[index])
 
 
 def summary_text(result: Mapping[str, Any] | None) -> str:
@@ -115,6 +144,11 @@ def layout(query: Mapping[str, str], ctx) -> Any:
         dcc.Store(id="validation-result"),
         html.Div([dcc.Graph(id="validation-scatter", className="panel"),
                   dcc.Graph(id="validation-errors", className="panel")], className="grid"),
+        html.Div([
+            field("training step", dcc.Dropdown(id="validation-training", clearable=False,
+                                                placeholder="training steps of the report")),
+        ], className="row"),
+        dcc.Graph(id="validation-timeline"),
     ], id="validation-page")
 
 
@@ -143,6 +177,17 @@ def register(app, ctx) -> None:
         return no_update, ""
 
     @app.callback(Output("validation-scatter", "figure"), Output("validation-errors", "figure"),
-                  Output("validation-summary", "children"), Input("validation-result", "data"))
+                  Output("validation-summary", "children"), Output("validation-training", "options"),
+                  Output("validation-training", "value"), Input("validation-result", "data"))
     def _draw(result):
-        return (*draw(result), summary_text(result))
+        options = step_options(result)
+        return (*draw(result), summary_text(result), options,
+                options[-1]["value"] if options else None)
+
+    @app.callback(Output("validation-timeline", "figure"), Input("validation-training", "value"),
+                  Input("validation-result", "data"))
+    def _timeline(index, result):
+        try:
+            return draw_timeline(result, index)
+        except (ValueError, RuntimeError) as exc:
+            return figures.message_figure(str(exc), "bucket timelines")

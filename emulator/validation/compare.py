@@ -113,9 +113,18 @@ class ValidationReport:
         return validation_figure(self.points, self.topology, self.summary)
 
     def write_html(self, path) -> None:
-        """Write the figure as a self-contained HTML file (plotly.js inlined, works offline)."""
+        """Write the figure, then each training row's measured and predicted bucket timelines
+        side by side (:func:`emulator.figures.timeline_comparison`), as one self-contained
+        HTML file (plotly.js inlined once, works offline); missing folders are made."""
+        from ..figures import timeline_comparison
+
+        figs = [self.figure()] + [timeline_comparison(r) for r in self.training if r.get("timeline")]
+        body = "\n".join(f.to_html(full_html=False, include_plotlyjs=i == 0)
+                         for i, f in enumerate(figs))
         os.makedirs(os.path.dirname(os.path.abspath(os.fspath(path))), exist_ok=True)
-        self.figure().write_html(os.fspath(path), include_plotlyjs=True, full_html=True)
+        with open(os.fspath(path), "w", encoding="utf-8") as fh:
+            fh.write(f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>validation: "
+                     f"{self.topology}</title></head><body>\n{body}\n</body></html>\n")
 
 
 def _topology(trace: MeasuredTrace, G, topology: str | None):

@@ -1,123 +1,133 @@
-"""The emulator's prediction of a measured training step (the training rows of a ValidationReport).
+"""The emulator's prediction of measured training steps: the training rows of a ValidationReport.
 
-The predicted training step composes what the harness measured of the CPU work with what the
-emulator predicts for the network, in the order DDP runs them with one gradient bucket. For
-fp32: ``compute_s`` (forward + backward + optimizer without DDP, all ranks computing at once)
-plus a ring allreduce of the gradients. For QSGD (allgather transport, :func:`qsgd.qsgd_hook`):
-the CPU work as the measured steps spent it, ``busy_s`` (the steps less the hook's waits on
-collectives, slowest rank per segment between collectives: compute, the hook's gathers,
-encode, ``p`` decodes and averaging, DDP's copies; the payload trace's view of the codec),
-else ``compute_s`` plus ``local_s`` or ``encode_s + p * decode_s``; plus the emulator's
-prediction of each of the hook's collectives (:func:`step_collectives`: for the elias codec a
-ring allgather of the payload sizes, then one of the ``p`` payloads with the uncompressed small
-tensors in front), less any local work measured while one was in flight (``overlaps_s``).
-Only the network is predicted: that is what the validation validates.
+Each measured step is predicted by :func:`emulator.replay`, the study's own path, on the
+calibrated topology: the harness stores with every training point the
+:class:`qsgd.PayloadTrace` of its run (the compute measured alone, each bucket's ready time and
+the hook's in-step stage seconds) and the replay transport it ran (``fp32``, ``fp16``,
+``qsgd_allgather``, ...). What each bucket sends is its :func:`qsgd.wire_plan`. So only the
+network and the overlap are predicted: that is what the validation validates. The collectives
+are simulated whatever ``predictor`` the collective points use.
+
+Per row: measured and predicted step seconds; the exposed communication (step minus the
+compute measured alone; predicted: ``Prediction.exposed_comm_s``); the QSGD speedup over fp32;
+and, per bucket, the measured and predicted timeline (seconds from the step's start: ``ready``,
+``issued``, ``comm_done``, ``done``) for :func:`emulator.figures.timeline_comparison`.
 """
 from __future__ import annotations
 
 import networkx as nx
 
-from .calibrate import predict
+from ..replaying import replay
 from .trace import MeasuredTrace
 
-__all__ = ["predict_training", "step_collectives", "step_breakdown", "training_rows"]
+__all__ = ["predict_training", "replay_transport", "step_breakdown", "stream_busy", "training_rows"]
+
+#: (TrainingPoint transport, bits) -> replay transport, for points that do not name theirs
+_DENSE = {32: "fp32", 16: "fp16"}
 
 
-def step_collectives(point, G: nx.Graph, p: int, *,
-                     predictor: str = "simulate") -> list[tuple[str, float]] | None:
-    """The emulator's seconds for each collective of one QSGD step, in the hook's order.
-
-    ``[(name, seconds), ...]``: the size all_gather (elias only: packed sizes are known to
-    every rank), then the all_gather of every rank's payload with its uncompressed small
-    tensors in front (``4 * raw_numel`` bytes). None for a point the hook did not run this
-    way (fp32 allreduce, scatter-reduce-allgather) or one without
-    ``payload_bytes``/``raw_numel``.
-    """
-    if point.transport != "allgather" or point.get("payload_bytes") is None \
-            or point.get("raw_numel") is None:
-        return None
-    out = []
-    if point.get("codec", "packed") != "packed":
-        out.append(("size all_gather", predict(G, "allgather", "ring", 16 * p, predictor)))
-    per_rank = point.get("payload_bytes") + 4 * point.get("raw_numel")
-    out.append(("payload all_gather", predict(G, "allgather", "ring", p * per_rank, predictor)))
-    return out
-
-
-def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate") -> float | None:
-    """Seconds the emulator predicts for one measured training step (see the module doc).
-
-    Returns None when the point lacks what the prediction needs (``compute_s`` etc.).
-    """
-    compute = point.get("compute_s")
-    numel = point.get("numel")
-    if compute is None or numel is None:
-        return None
+def replay_transport(point) -> str:
+    """The :data:`emulator.TRANSPORTS` key a training point ran."""
+    named = point.get("replay_transport")
+    if named:
+        return named
     if point.transport == "allreduce":
-        return compute + predict(G, "allreduce", "ring", 4 * numel, predictor)
-    colls = step_collectives(point, G, p, predictor=predictor)
-    if colls is None or point.get("encode_s") is None or point.get("decode_s") is None:
+        return _DENSE.get(point.bits, "fp32")
+    return f"qsgd_{point.transport}"
+
+
+def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate"):
+    """The :class:`emulator.Prediction` of one measured training step, or None without the
+    point's ``payload_trace`` (traces from older harnesses: there is no other formula)."""
+    import qsgd
+
+    data = point.get("payload_trace")
+    if data is None:
         return None
-    busy = point.get("busy_s")
-    if busy is None:
-        local = point.get("local_s")
-        if local is None:
-            local = point.get("encode_s") + p * point.get("decode_s")
-        busy = compute + local
-    overlaps = point.get("overlaps_s")
-    if overlaps is None or len(overlaps) != len(colls):
-        overlaps = [0.0] * len(colls)
-    # a collective in flight during local work only adds what the work did not cover
-    return busy + sum(max(0.0, t - o) for (_, t), o in zip(colls, overlaps))
+    trace = qsgd.PayloadTrace.from_dict(data)
+    return replay(trace, G, transport=replay_transport(point), world_size=p)
+
+
+def _predicted_timeline(pred) -> list[dict]:
+    return [{"bucket": b.index, "ready": b.ready_s, "issued": b.issued_s, "comm_done": b.comm_end_s,
+             "done": b.end_s} for b in pred.buckets]
+
+
+def _measured_timeline(point) -> list[dict] | None:
+    rows = point.get("timeline")
+    if not rows:
+        return None
+    return [{k: r[k] for k in ("bucket", "ready", "issued", "comm_done", "done") if k in r}
+            for r in rows]
+
+
+def stream_busy(buckets: list[dict]) -> float:
+    """Seconds the buckets' collectives kept the stream busy: per bucket from when its first
+    collective went out (or the one before was done) to when its last was done, summed."""
+    busy, free = 0.0, float("-inf")
+    for b in buckets:
+        start = max(b["issued"], free)
+        busy += max(0.0, b["comm_done"] - start)
+        free = max(free, b["comm_done"])
+    return busy
 
 
 def step_breakdown(row: dict) -> str | None:
-    """One line on where a QSGD training row's step went, or None for rows without one.
+    """One line on where a training row's step went, or None for rows without a prediction.
 
-    The CPU work the real steps spent outside collectives (``busy_s``) and each of the hook's
-    collectives as measured inside the steps (last rank's issue to last rank's exit; "n/a"
-    where the ranks had no common clock) next to the emulator's figure.
+    The compute measured alone, the exposed communication (step minus compute) measured next
+    to the emulator's, the seconds the collectives kept the stream busy (:func:`stream_busy`)
+    and when the last bucket was done, measured against predicted.
     """
-    if row.get("busy_s") is None:
+    if row.get("predicted_s") is None or row.get("compute_s") is None:
         return None
-    parts = [f"CPU work {row['busy_s'] * 1e3:.1f} ms"]
-    for c in row.get("collectives") or ():
-        m = "n/a" if c["measured_s"] is None else f"{c['measured_s'] * 1e3:.1f}"
-        if c.get("overlap_s"):
-            m += f" (under {c['overlap_s'] * 1e3:.1f} of CPU work)"
-        parts.append(f"{c['name']} {m} vs {c['predicted_s'] * 1e3:.1f} ms")
+    parts = [f"compute {row['compute_s'] * 1e3:.1f} ms",
+             f"exposed communication {row['measured_exposed_s'] * 1e3:.1f} vs "
+             f"{row['predicted_exposed_s'] * 1e3:.1f} ms"]
+    tl = row.get("timeline") or {}
+    m, pr = tl.get("measured"), tl.get("predicted")
+    if m and pr and len(m) == len(pr):
+        parts.append(f"collectives busy {stream_busy(m) * 1e3:.1f} vs {stream_busy(pr) * 1e3:.1f} ms")
+        parts.append(f"{len(m)} buckets, last done at {m[-1]['done'] * 1e3:.1f} vs "
+                     f"{pr[-1]['done'] * 1e3:.1f} ms")
     return "; ".join(parts)
 
 
 def training_rows(trace: MeasuredTrace, G, predictor: str) -> list[dict]:
+    """One row per training point: measured against the replay's prediction (see module doc)."""
     p = trace.world_size
-    rows, base = [], {}
+    rows, base, preds = [], {}, {}
     for t in trace.training:
         if t.transport == "allreduce" and t.bits == 32:
             base[t.model] = t
     for t in trace.training:
-        pred = predict_training(t, G, p, predictor=predictor)
+        preds[id(t)] = predict_training(t, G, p, predictor=predictor)
+    for t in trace.training:
+        pred = preds[id(t)]
+        compute = t.get("compute_s")
         row = {"model": t.model, "transport": t.transport, "bits": t.bits,
-               "measured_s": t.iteration_s, "predicted_s": pred,
-               "rel_error": None if pred is None else (pred - t.iteration_s) / t.iteration_s,
-               "compute_s": t.get("compute_s"), "bytes_per_step": t.bytes_per_step}
-        colls = step_collectives(t, G, p, predictor=predictor)
-        if colls is not None:
-            row["busy_s"] = t.get("busy_s")
-            measured, under = t.get("collectives_s"), t.get("overlaps_s")
-            # from a different hook (or version) than the prediction's: nothing to pair
-            measured = measured if measured is not None and len(measured) == len(colls) else None
-            under = under if under is not None and len(under) == len(colls) else None
-            row["collectives"] = [{"name": n, "predicted_s": ps,
-                                   "measured_s": None if measured is None else measured[i],
-                                   "overlap_s": None if under is None else under[i]}
-                                  for i, (n, ps) in enumerate(colls)]
+               "replay_transport": replay_transport(t), "measured_s": t.iteration_s,
+               "predicted_s": None if pred is None else pred.iteration_s,
+               "rel_error": None if pred is None else (pred.iteration_s - t.iteration_s) / t.iteration_s,
+               "compute_s": compute, "bytes_per_step": t.bytes_per_step}
+        if pred is not None and compute is not None:
+            measured_exposed = t.iteration_s - compute
+            row.update(measured_exposed_s=measured_exposed, predicted_exposed_s=pred.exposed_comm_s,
+                       predicted_compute_s=pred.compute_s)
+            if measured_exposed > 0:
+                row["exposed_rel_error"] = (pred.exposed_comm_s - measured_exposed) / measured_exposed
+            row["timeline"] = {
+                "measured": _measured_timeline(t), "predicted": _predicted_timeline(pred),
+                "measured_backward_end": t.get("backward_end_s"),
+                "predicted_backward_end": pred.forward_s + pred.backward_s + sum(
+                    b.encode_end_s - b.start_s for b in pred.buckets),
+                "measured_iteration": t.iteration_s, "predicted_iteration": pred.iteration_s}
         ref = base.get(t.model)
         if ref is not None and t is not ref:
-            ref_pred = predict_training(ref, G, p, predictor=predictor)
+            ref_pred = preds[id(ref)]
             row["measured_speedup"] = ref.iteration_s / t.iteration_s
             if pred is not None and ref_pred is not None:
-                row["predicted_speedup"] = ref_pred / pred
+                row["predicted_speedup"] = ref_pred.iteration_s / pred.iteration_s
                 row["speedup_rel_error"] = row["predicted_speedup"] / row["measured_speedup"] - 1
         rows.append(row)
     return rows

@@ -92,6 +92,8 @@ def harness_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--width", type=int, default=1024, help="hidden units of the wide MLP")
     parser.add_argument("--depth", type=int, default=3, help="hidden layers of the wide MLP")
     parser.add_argument("--batch-size", type=int, default=16, help="samples per rank per step")
+    parser.add_argument("--bucket-cap-mb", type=float, default=4.0,
+                        help="DDP bucket cap, MiB (smaller: more buckets, more overlap)")
     parser.add_argument("--train-warmup", type=int, default=2,
                         help="untimed training steps per transport")
     parser.add_argument("--train-steps", type=int, default=5,
@@ -114,7 +116,7 @@ def harness_config(args):
         min_bytes=topologies.parse_bytes(args.min_bytes), max_bytes=topologies.parse_bytes(args.max_bytes),
         factor=args.factor, warmup=args.warmup, iters=args.iters, train_bits=bits,
         train_transport=args.train_transport, width=args.width, depth=args.depth,
-        batch_size=args.batch_size, train_warmup=args.train_warmup,
+        batch_size=args.batch_size, bucket_cap_mb=args.bucket_cap_mb, train_warmup=args.train_warmup,
         train_steps=args.train_steps, seed=args.seed, timeout_s=args.timeout,
         topology=args.topology)
 
@@ -150,7 +152,8 @@ def _sizes(text):
 def _harness_argv(args) -> list[str]:
     argv = [sys.executable, "-m", "qsgd_emu", "validate", "run", "--out", os.path.abspath(args.out)]
     for opt in ("ops", "min_bytes", "max_bytes", "factor", "warmup", "iters", "train_bits",
-                "train_transport", "width", "depth", "batch_size", "train_warmup", "train_steps",
+                "train_transport", "width", "depth", "batch_size", "bucket_cap_mb", "train_warmup",
+                "train_steps",
                 "seed", "timeout", "topology"):
         value = getattr(args, opt)
         if value is not None:

@@ -158,7 +158,8 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
     device : torch.device, optional
         Default: the current CUDA device with NCCL, else CPU.
     predictor : callable, optional
-        ``predictor(compute_s, payload_bytes) -> seconds``: the emulator's iteration time.
+        ``predictor(trace) -> seconds``: the emulator's iteration time of a step, replayed from
+        its :class:`testbench.training.predict.StepClock` trace (rank 0 only).
     checkpoint : dict, optional
         From a previous summary's ``"checkpoint"`` (model, optimiser and hook state): resume.
     max_steps : int, optional
@@ -181,6 +182,11 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
         opt.load_state_dict(checkpoint["optimizer"])
         comp.load_state_dict(checkpoint["hook"])
         start_step = int(checkpoint["step"])
+    clock = None
+    if predictor is not None and rank == 0:
+        from .predict import StepClock
+
+        clock = StepClock(model, cfg, world)
     tx, ty = data.train_x.to(device), data.train_y.to(device)
     steps_per_epoch = max(1, len(tx) // (cfg.batch_size * world))
     loss_fn = torch.nn.CrossEntropyLoss()
@@ -196,16 +202,21 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
                 step += 1
                 continue
             idx = shard[i * cfg.batch_size:(i + 1) * cfg.batch_size]
+            if clock is not None:
+                clock.start()
             t0 = time.perf_counter()
             loss = loss_fn(ddp(tx[idx]), ty[idx])
+            if clock is not None:
+                clock.forward_done()
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            if clock is not None:
+                clock.backward_done()
             opt.step()
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
-            iteration_s = time.perf_counter() - t0
-            comm_s = float(getattr(comp.state, "last_stats", {}).get("comm_s", 0.0)) \
-                if cfg.compression == "qsgd" else 0.0
+            t_end = time.perf_counter()
+            iteration_s = t_end - t0
             reduced = loss.detach().clone()
             if world > 1:
                 dist.all_reduce(reduced)
@@ -218,9 +229,10 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
             if evaluate and rank == 0:
                 acc = accuracy(model, data.test_x.to(device), data.test_y.to(device))
                 metrics["test_accuracy"] = acc
-            if predictor is not None and rank == 0:
-                metrics["predicted_iteration_s"] = predictor(max(iteration_s - comm_s, 0.0),
-                                                             metrics["payload_bytes"])
+            if clock is not None:
+                stats = getattr(comp.state, "last_stats", None) if cfg.compression == "qsgd" else None
+                metrics["predicted_iteration_s"] = predictor(
+                    clock.trace(t_end, stats, metrics["payload_bytes"]))
             history.append(metrics)
             if store is not None and rank == 0:
                 store.log_step(run_id, step, metrics)

@@ -1,11 +1,11 @@
-"""replay: the one-stream bucket timeline (exact, with fixed collective times) and errors.
+"""replay: the bucket timeline of the wire plans (exact, with fixed collective times) and errors.
 
-Limits against the real engine (no communication, infinitely fast compute) are in
-tests/emulator/test_replay_limits.py.
+Its limits against the real engine are in test_replay_limits.py.
 """
 import pytest
 
 import emulator
+import qsgd
 import topologies
 from emulator.network import Network
 from tests.emulator.test_compute import _trace
@@ -37,22 +37,35 @@ def test_fp32_timeline_exact():
     assert p.compute_s == pytest.approx(0.31) and p.exposed_comm_s == pytest.approx(0.35)
 
 
-def test_qsgd_adds_codec_and_raw_tensors_in_stream():
-    # allgather: the raw fp32 tensors ride in the payload's one all_gather (0.5 s)
+def test_qsgd_follows_the_wire_plan_with_codec_stages():
+    # _trace(): bucket of 2000 compressed + 10 raw elements, ready 0.05 s into backward
+    # (0.15 s into the iteration); encode 1 ms, decode 2 ms per payload; 4 ranks
     p = emulator.replay(_trace(), G4, transport="qsgd_allgather", network=FixedNetwork(G4, 0.5))
     b = p.buckets[0]
-    assert b.encode_end_s - b.start_s == pytest.approx(0.001)
-    assert b.comm_end_s - b.encode_end_s == pytest.approx(0.5) and b.comm_s == pytest.approx(0.5)
-    assert b.end_s - b.comm_end_s == pytest.approx(0.002)
-    assert p.encode_decode_s == pytest.approx(0.003)
-    assert b.wire_bytes == 1052 + 40
-    # scatter-reduce-allgather: a raw fp32 allreduce (0.5 s) issued before the 1 ms encode
-    # runs under it; the payload collective (0.5 s) follows it on the stream
+    # encode in the hook at once, the raw tensors ride in the payload's one all_gather (0.5 s),
+    # then 4 payloads decoded in its callback
+    assert b.ready_s == b.start_s == pytest.approx(0.15)
+    assert b.encode_end_s == pytest.approx(0.151) and b.comm_start_s == pytest.approx(0.151)
+    assert b.comm_end_s == pytest.approx(0.651) and b.comm_s == pytest.approx(0.5)
+    assert b.end_s == pytest.approx(0.651 + 4 * 0.002)
+    assert [c[0] for c in b.collectives] == ["payload all_gather"]
+    assert p.encode_decode_s == pytest.approx(0.001 + 0.008)
+    # packed payload sizes are exact (the hand-made trace's 1000 bytes are not)
+    assert b.wire_bytes == qsgd.payload_nbytes(2000, qsgd.QSGDConfig.from_bits(4)) + 40
+    assert p.iteration_s == pytest.approx(0.659 + 0.01)
+    # scatter-reduce-allgather: the raw fp32 allreduce is issued on entry (0.15 s) and holds
+    # the stream 0.5 s, the encode (1 ms) runs under it; then the chunk all_to_all, the
+    # owner's decode of 4 chunks (4 x 500 elements at 1 us) and re-encode (500 at 0.5 us),
+    # the mean chunks' all_gather and the decode of 4 chunks (2000 elements)
     q = emulator.replay(_trace(), G4, transport="qsgd_scatter_reduce_allgather",
                         network=FixedNetwork(G4, 0.5))
     c = q.buckets[0]
-    assert c.comm_end_s - c.start_s == pytest.approx(0.5 + 0.5) and c.comm_s == pytest.approx(1.0)
-    assert c.end_s - c.comm_end_s == pytest.approx(0.002)
+    names = [x[0] for x in c.collectives]
+    assert names == ["small-tensor allreduce", "chunk all_to_all", "mean chunk all_gather"]
+    starts = [x[1] for x in c.collectives]
+    assert starts == pytest.approx([0.15, 0.65, 1.15 + 0.002 + 0.00025])
+    assert c.encode_end_s == pytest.approx(0.151) and c.comm_s == pytest.approx(1.5)
+    assert c.end_s == pytest.approx(1.65225 + 0.002)
 
 
 def test_hidden_communication_costs_nothing():

@@ -86,35 +86,21 @@ def test_free_links_give_the_compute_time(transport):
     assert q.exposed_comm_s > 1e-4 and q.iteration_s > COMPUTE_S + 1e-4
 
 
-def chunk_payloads(payload: int, numel: int, p: int) -> list[int]:
-    """Bytes of the p chunks of a payload of ``numel`` elements (``torch.tensor_split`` sizes),
-    pro rata and rounded up: the replay's model of the scatter-reduce-allgather chunks."""
-    sizes = [numel // p + (1 if j < numel % p else 0) for j in range(p)]
-    return [-(-payload * s // numel) if s else 0 for s in sizes]
-
-
 def _bucket_collectives(G, transport: str, p: int) -> list[float]:
-    """Each bucket's collective seconds, simulated one by one (the replay's own maths not used)."""
+    """Each bucket's collectives in its wire plan, simulated one by one and summed (the
+    emulator's sizes: an allgather's is the gathered total, nccl-tests' convention)."""
     ranks = list(range(p))
+    wire = emulator.TRANSPORTS[transport].wire
     out = []
     for _, c, r in BUCKETS:
-        if transport in ("fp32", "fp16"):
-            nbytes = (4 if transport == "fp32" else 2) * (c + r)
-            out.append(emulator.simulate(G, emulator.build_schedule("allreduce", "ring", ranks, nbytes,
-                                                                    graph=G)).time_s)
-            continue
+        layout = qsgd.BucketLayout.of(c, r)
+        plan = qsgd.wire_plan(wire, layout, p, CFG4 if emulator.TRANSPORTS[transport].compressed else None)
         t = 0.0
-        # the hook's allgather transport carries a mixed bucket's raw tensors in its payload
-        folded = transport == "qsgd_allgather" and c and r
-        if c:
-            payload = qsgd.payload_nbytes(c, CFG4)
-            sizes = ([payload + (4 * r if folded else 0)] * p if transport == "qsgd_allgather"
-                     else chunk_payloads(payload, c, p))
-            t += emulator.simulate(G, emulator.build_schedule(
-                "allreduce", transport, ranks, 4 * c, graph=G, payload_bytes=sizes)).time_s
-        if r and not folded:
-            t += emulator.simulate(G, emulator.build_schedule("allreduce", "ring", ranks, 4 * r,
-                                                              graph=G)).time_s
+        for coll in plan.collectives:
+            op, alg, n = {"allgather": ("allgather", "ring", p * coll.nbytes),
+                          "alltoall": ("alltoall", "direct", coll.nbytes),
+                          "allreduce": ("allreduce", "ring", coll.nbytes)}[coll.op]
+            t += emulator.simulate(G, emulator.build_schedule(op, alg, ranks, n, graph=G)).time_s
         out.append(t)
     return out
 
@@ -131,9 +117,41 @@ def test_infinitely_fast_compute_is_the_sum_of_the_collectives(transport, spec, 
     assert [b.comm_s for b in pred.buckets] == pytest.approx(each, rel=1e-9)
     assert pred.iteration_s == pytest.approx(sum(each), rel=1e-9)
     assert pred.exposed_comm_s == pytest.approx(pred.iteration_s, rel=1e-12)
-    # back to back on the one stream: each bucket starts when the previous one ends
+    # back to back on the one stream: each bucket's first collective starts when the
+    # previous bucket's last one ends
     for a, b in zip(pred.buckets, pred.buckets[1:]):
-        assert b.start_s == pytest.approx(a.end_s, rel=1e-12)
+        assert b.comm_start_s == pytest.approx(a.comm_end_s, rel=1e-12)
+
+
+@pytest.mark.parametrize("transport", ALL)
+def test_bytes_per_gpu_are_the_wire_plans(transport):
+    G = topologies.from_spec("switch:4")
+    pred = emulator.replay(make_trace(), G, transport=transport)
+    wire = emulator.TRANSPORTS[transport].wire
+    cfg = CFG4 if emulator.TRANSPORTS[transport].compressed else None
+    planned = sum(qsgd.wire_plan(wire, qsgd.BucketLayout.of(c, r), 4, cfg).wire_bytes
+                  for _, c, r in BUCKETS)
+    assert pred.bytes_per_gpu == pytest.approx(planned, abs=4)
+
+
+def test_the_hooks_stages_share_the_compute_with_backward():
+    # free links: the hook's encodes (0.2 + 0.4 ms, in backward's thread) and the callbacks'
+    # decodes (4 payloads of 0.1 and 0.2 ms, each right after its encode) all run during
+    # backward on the same compute resource, so each pushes the rest of backward back
+    free = topologies.switch(4, bandwidth=1e30, latency=1e-15)
+    pred = emulator.replay(make_trace(), free, transport="qsgd_allgather")
+    assert pred.iteration_s == pytest.approx(COMPUTE_S + 0.6e-3 + 4 * 0.3e-3, rel=1e-9)
+    b0, b1, b2 = pred.buckets
+    assert b0.end_s - b0.encode_end_s == pytest.approx(4 * 0.1e-3, rel=1e-6)
+    assert b1.ready_s == pytest.approx(2.1e-3 + 3.0e-3 + 0.2e-3 + 0.4e-3, rel=1e-9)
+    assert b1.end_s - b1.encode_end_s == pytest.approx(4 * 0.2e-3, rel=1e-6)
+    assert b2.ready_s == pytest.approx(2.1e-3 + 4.1e-3 + 0.6e-3 + 1.2e-3, rel=1e-9)
+    # a decode after backward's end delays nothing but the step's end: slow links put bucket
+    # 1's payload after backward, its decode then ends the step
+    slow = topologies.switch(4, bandwidth=1e6, latency=1e-6)
+    q = emulator.replay(make_trace(), slow, transport="qsgd_allgather")
+    assert q.buckets[1].comm_start_s > 2.1e-3 + 4.1e-3 + 0.6e-3 + 0.4e-3
+    assert q.iteration_s == pytest.approx(q.buckets[1].end_s + 1e-4, rel=1e-9)
 
 
 @pytest.mark.parametrize("G", [topologies.from_spec("switch:4"),
@@ -142,17 +160,17 @@ def test_infinitely_fast_compute_is_the_sum_of_the_collectives(transport, spec, 
 def test_infinitely_fast_compute_with_a_codec_adds_encode_and_decode(G):
     pred = emulator.replay(make_trace(), G, transport="qsgd_scatter_reduce_allgather",
                            compute=ComputeModel(compute_scale=0.0, codec_scale=1.0))
-    # mean encode 0.2 + 0.4 ms, decode half of that: 0.9 ms of codec on the stream
-    assert pred.encode_decode_s == pytest.approx(0.9e-3, rel=1e-12)
+    # per element: bucket 0 (20 000) encodes at 10 ns and decodes at 5 ns, bucket 1 (40 000)
+    # the same; each encodes n, the owner decodes p chunks (n) and re-encodes one (n/p), and
+    # everyone decodes the p mean chunks (n): 1.25 n * 10 ns + 2 n * 5 ns
+    assert pred.encode_decode_s == pytest.approx(2.25 * 60_000 * 1e-8, rel=1e-12)
     assert pred.comm_s > 0
-    # the hook issues a bucket's small-tensor allreduce before it encodes, so the two overlap:
-    # the mixed bucket 0 (10 raw elements, 0.2 ms encode) pays the longer of them, then its
-    # payload collective and its decode
-    ranks = list(range(4))
-    raw = emulator.simulate(G, emulator.build_schedule("allreduce", "ring", ranks, 40, graph=G)).time_s
+    # the hook issues a bucket's small-tensor allreduce on entry, so it runs under the 0.2 ms
+    # encode; the chunk all_to_all waits for both
     b0 = pred.buckets[0]
-    payload = b0.comm_s - raw
-    assert b0.comm_end_s - b0.start_s == pytest.approx(max(0.2e-3, raw) + payload, rel=1e-9)
-    assert b0.end_s - b0.comm_end_s == pytest.approx(0.1e-3, rel=1e-9)
-    hidden = min(0.2e-3, raw)
-    assert pred.iteration_s == pytest.approx(pred.comm_s + pred.encode_decode_s - hidden, rel=1e-9)
+    small, a2a, mean = b0.collectives
+    assert small[0] == "small-tensor allreduce" and small[1] == 0.0
+    assert a2a[1] == pytest.approx(max(0.2e-3, small[2]), rel=1e-12)
+    # between the two phases the owner's reduce: 20 000 decoded, 5 000 re-encoded
+    assert mean[1] - a2a[2] == pytest.approx(20_000 * 5e-9 + 5_000 * 1e-8, rel=1e-9)
+    assert b0.end_s - mean[2] == pytest.approx(20_000 * 5e-9, rel=1e-9)

@@ -22,7 +22,7 @@ from qsgd_emu import cli
 from emulator.compute import ComputeModel
 from emulator import Study, StudyConfig, read_study, run_study, topology_for
 from emulator.studyresult import COLUMNS, write_csv, write_json
-from tests.emulator.test_replay_limits import BUCKETS, chunk_payloads, make_trace
+from tests.emulator.test_replay_limits import BUCKETS, make_trace
 
 TRACE = make_trace()
 SPECS = ("switch:{N}", "cluster:dgx_a100x{N}")
@@ -51,9 +51,11 @@ def expected_bytes_per_gpu(transport: str, bits: int, p: int) -> float:
     """Mean bytes a GPU sends per iteration, from the payload sizes alone.
 
     Ring allreduce of n bytes: 2 (p-1)/p n per GPU. QSGD all-gather: (p-1) payloads. QSGD
-    scatter-reduce-allgather: the p chunks go once to their owners and once around the ring,
-    2 (p-1)/p of their total. The uncompressed small tensors add a ring allreduce of their fp32,
-    except in a mixed bucket of the all-gather transport, whose payloads carry them: (p-1) x.
+    scatter-reduce-allgather: each rank sends (p-1) of its p chunk payloads (one per owner,
+    each chunk a payload of its own, header included), then all-gathers its owned mean chunk
+    padded to the largest: (p-1)/p of their total plus (p-1) times the largest. The
+    uncompressed small tensors add a ring allreduce of their fp32, except in a mixed bucket of
+    the all-gather transport, whose payloads carry them: (p-1) x.
     """
     ring = 2 * (p - 1) / p
     if transport == "fp32":
@@ -66,7 +68,9 @@ def expected_bytes_per_gpu(transport: str, bits: int, p: int) -> float:
             if transport == "qsgd_allgather":
                 total += (p - 1) * (payload + 4 * r)
                 continue
-            total += ring * sum(chunk_payloads(payload, c, p))
+            # the elements torch.tensor_split puts in each of the p chunks
+            sizes = [qsgd.payload_nbytes(c // p + (1 if j < c % p else 0), cfg) for j in range(p)]
+            total += (p - 1) / p * sum(sizes) + (p - 1) * max(sizes)
         total += ring * 4 * r
     return total
 
@@ -99,13 +103,18 @@ def test_rows_arithmetic(rows):
             if r.transport == "fp32":
                 assert r.encode_decode_s == 0.0
             else:
-                # mean encode (0.2 + 0.4 ms) + decode (half): 0.9 ms measured at 4 bits; the
-                # 8-bit row scales them by payload bytes
+                # mean encode 0.2 + 0.4 ms and decode half of that per payload, measured at 4
+                # bits: all-gather encodes once and decodes p payloads; scatter-reduce-allgather
+                # encodes its bucket, re-encodes 1/p of it and decodes it twice; the 8-bit row
+                # scales them by payload bytes
+                enc, dec = 0.6e-3, 0.3e-3
+                want = (enc + w * dec if r.transport == "qsgd_allgather"
+                        else enc * (1 + 1 / w) + 2 * dec)
                 if r.bits == 4:
-                    assert r.encode_decode_s == pytest.approx(0.9e-3, rel=1e-12)
+                    assert r.encode_decode_s == pytest.approx(want, rel=1e-12)
                     assert r.source.startswith("measured payloads")
                 else:
-                    assert r.encode_decode_s > 0.9e-3
+                    assert r.encode_decode_s > want
                     assert r.source.startswith("packed payload sizes at 8 bits")
 
 
@@ -114,13 +123,13 @@ def test_bytes_per_gpu_follow_the_payload_sizes(rows):
         want = expected_bytes_per_gpu(r.transport, r.bits, r.world_size)
         assert r.bytes_per_gpu == pytest.approx(want, rel=1e-12), r
     # fewer bits, fewer bytes; all-gather sends (p-1) payloads where the two-phase transport
-    # sends 2 (p-1)/p of one: the same at 2 GPUs (up to the chunks' rounding), twice at 4
+    # sends 2 (p-1)/p of one: the same at 2 GPUs (up to the chunks' own headers), twice at 4
     by = {r.key: r.bytes_per_gpu for r in rows}
     for s in SPECS:
         for t in QSGD_T:
             for w in SIZES:
                 assert by[s, w, 4, t] < by[s, w, 8, t] < by[s, w, 32, "fp32"]
-        assert by[s, 2, 4, QSGD_T[0]] == pytest.approx(by[s, 2, 4, QSGD_T[1]], rel=1e-3)
+        assert by[s, 2, 4, QSGD_T[0]] == pytest.approx(by[s, 2, 4, QSGD_T[1]], rel=0.01)
         assert by[s, 4, 4, QSGD_T[0]] == pytest.approx(2 * by[s, 4, 4, QSGD_T[1]], rel=0.02)
 
 

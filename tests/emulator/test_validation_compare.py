@@ -1,4 +1,4 @@
-"""compare -> ValidationReport: per-point errors, held-out summary, training speedups, figure."""
+"""compare -> ValidationReport: per-point errors, held-out summary, report round trip, figure."""
 import importlib
 import json
 
@@ -7,9 +7,9 @@ import pytest
 import topologies
 from emulator import TraceError
 from emulator.validation import MeasuredTrace, ValidationReport, compare
-from emulator.validation.training import predict_training
-from emulator.validation.trace import CollectivePoint, TrainingPoint
+from emulator.validation.trace import CollectivePoint
 
+from .test_replay_validation import training_points
 from .test_validation_calibrate import ring_over_star
 
 calibrate_module = importlib.import_module("emulator.validation.calibrate")
@@ -72,55 +72,9 @@ def test_per_op_fit_absorbs_an_op_specific_efficiency():
     assert set(per_op.calibration["per_op"]) == {"allreduce", "allgather"}
 
 
-def _training(p=4, numel=2_000_000, raw=3000, payload=1_010_000):
-    G = topologies.from_spec(SPEC)
-    base = dict(numel=numel, raw_numel=raw, compressed_numel=numel - raw, compute_s=0.05)
-    fp32 = TrainingPoint("mlp", "allreduce", 32, iteration_s=0.05 + ring_over_star(
-        G, "allreduce", "ring", 4 * numel), extra=dict(base))
-    enc, dec = 0.004, 0.002
-    # elias: a size all_gather, then one all_gather of the payloads with the raw tensors
-    q_s = (0.05 + enc + p * dec + ring_over_star(G, "allgather", "ring", 16 * p)
-           + ring_over_star(G, "allgather", "ring", p * (payload + 4 * raw)))
-    q = TrainingPoint("mlp", "allgather", 4, iteration_s=q_s * 1.05,
-                      extra=dict(base, payload_bytes=payload, encode_s=enc, decode_s=dec,
-                                 codec="elias"))
-    return fp32, q
-
-
-def test_training_speedup_next_to_the_prediction():
-    fp32, q = _training()
-    rep = compare(_trace(training=(fp32, q)), predictor="star", fit_sizes=[1 << 20, 8 << 20])
-    rows = {r["bits"]: r for r in rep.training}
-    assert rows[32]["rel_error"] == pytest.approx(0.0, abs=1e-9)
-    assert rows[4]["rel_error"] == pytest.approx(1 / 1.05 - 1, rel=1e-6)
-    assert rows[4]["measured_speedup"] == pytest.approx(fp32.iteration_s / q.iteration_s)
-    assert rows[4]["predicted_speedup"] == pytest.approx(rows[4]["measured_speedup"] * 1.05, rel=1e-6)
-    assert rows[4]["speedup_rel_error"] == pytest.approx(0.05, rel=1e-6)
-    assert rep.summary["speedup_max_abs_rel_error"] == pytest.approx(0.05, rel=1e-6)
-    # measured CPU work of the steps (busy_s) replaces compute + codec; the network is emulated
-    G = topologies.from_spec(SPEC)
-    busy = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0, extra=dict(q.extra, busy_s=0.2))
-    assert predict_training(busy, G, 4, predictor="star") == pytest.approx(
-        predict_training(q, G, 4, predictor="star") - (0.05 + 0.004 + 4 * 0.002) + 0.2, rel=1e-9)
-    # packed payload sizes are known to every rank: no size all_gather to predict
-    packed = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0, extra=dict(q.extra, codec="packed"))
-    assert predict_training(q, G, 4, predictor="star") - predict_training(
-        packed, G, 4, predictor="star") == pytest.approx(
-        ring_over_star(G, "allgather", "ring", 16 * 4), rel=1e-9)
-    # local work done while a collective was in flight hides it (up to all of it)
-    gather = ring_over_star(G, "allgather", "ring", 4 * (1_010_000 + 4 * 3000))
-    for ov, hidden in ((1e-5, 1e-5), (10.0, gather)):
-        under = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0,
-                              extra=dict(packed.extra, overlaps_s=[ov]))
-        assert predict_training(packed, G, 4, predictor="star") - predict_training(
-            under, G, 4, predictor="star") == pytest.approx(hidden, rel=1e-9)
-    # missing fields: no prediction rather than a wrong one
-    bare = TrainingPoint("mlp", "allgather", 4, iteration_s=1.0, extra={"compute_s": 0.1, "numel": 10})
-    assert predict_training(bare, topologies.from_spec(SPEC), 4, predictor="star") is None
-
-
 def test_report_round_trip_figure_and_field_errors(tmp_path):
-    fp32, q = _training()
+    # training rows are predicted through replay: tests/emulator/test_replay_validation.py
+    fp32, q = training_points()
     rep = compare(_trace(training=(fp32, q)), predictor="star")
     path = tmp_path / "r.json"
     rep.save(path)
@@ -150,15 +104,3 @@ def test_topology_is_required():
         compare(bare, predictor="star")
     rep = compare(bare, topology=SPEC, predictor="star")
     assert rep.topology == SPEC
-
-
-def test_step_breakdown_line():
-    from emulator.validation.training import step_breakdown
-
-    row = {"busy_s": 0.0778, "collectives": [
-        {"name": "size all_gather", "predicted_s": 0.0002, "measured_s": None, "overlap_s": None},
-        {"name": "payload all_gather", "predicted_s": 0.0302, "measured_s": 0.0348,
-         "overlap_s": 0.004}]}
-    assert step_breakdown(row) == ("CPU work 77.8 ms; size all_gather n/a vs 0.2 ms; payload "
-                                   "all_gather 34.8 (under 4.0 of CPU work) vs 30.2 ms")
-    assert step_breakdown({"bits": 32, "busy_s": None}) is None

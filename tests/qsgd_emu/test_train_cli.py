@@ -183,19 +183,26 @@ def test_powersgd_bytes_follow_torchs_compression_rule_at_the_boundary():
     assert comp.bytes_sent(5) == comp.payload_bytes(5)  # ring allreduce on 2 ranks: n bytes
 
 
-def test_predictor_simulates_the_runs_ranks_only():
-    """With --topology larger than the run, the prediction is of the run's 2 ranks."""
+def test_predictor_replays_the_step_on_the_runs_ranks_only():
+    """The prediction is the replay of the step's trace, of the run's 2 ranks even with a
+    larger --topology."""
     from testbench.training.loop import TrainConfig
     from testbench.training.predict import make_predictor
+    from tests.emulator.test_replay_limits import make_trace
 
-    cfg = TrainConfig(compression="fp32")
-    two = emulator.run_collective(topologies.from_spec("switch:2"), "allreduce", "ring", 200_000).time_s
-    eight = emulator.run_collective(topologies.from_spec("switch:8"), "allreduce", "ring", 200_000).time_s
-    assert eight > two * 1.2
-    assert make_predictor(cfg, 2, "switch:8")(0.0, 200_000) == pytest.approx(two, rel=1e-12)
-    assert make_predictor(cfg, 2, None)(1e-3, 200_000) == pytest.approx(1e-3 + two, rel=1e-12)
+    trace = make_trace()
+    for compression, transport in (("fp32", "fp32"), ("qsgd", "qsgd_allgather")):
+        cfg = TrainConfig(compression=compression)
+        two = emulator.replay(trace, topologies.from_spec("switch:2,bw=1Gbit"), transport=transport)
+        eight = emulator.replay(trace, topologies.from_spec("switch:8,bw=1Gbit"), transport=transport)
+        assert eight.iteration_s > two.iteration_s * 1.05
+        assert make_predictor(cfg, 2, "switch:8,bw=1Gbit")(trace) == pytest.approx(two.iteration_s,
+                                                                                    rel=1e-12)
+        local = emulator.replay(trace, topologies.from_spec("switch:2"), transport=transport)
+        assert make_predictor(cfg, 2, None)(trace) == pytest.approx(local.iteration_s, rel=1e-12)
+    assert make_predictor(TrainConfig(compression="fp32"), 2, "none") is None
     with pytest.raises(ValueError, match="fewer than the 4 ranks"):
-        make_predictor(cfg, 4, "switch:2")
+        make_predictor(TrainConfig(compression="fp32"), 4, "switch:2")
 
 
 @pytest.mark.parametrize("options, needle", [

@@ -6,7 +6,7 @@ import pytest
 from testbench import ConfigError
 from qsgd_emu.cli import main
 from emulator.validation import MeasuredTrace
-from testbench.harness import HarnessConfig, critical_busy, sizes
+from testbench.harness import HarnessConfig, sizes
 
 
 def test_sizes_follow_nccl_tests():
@@ -20,6 +20,7 @@ def test_sizes_follow_nccl_tests():
     ({"min_bytes": 10, "max_bytes": 5}, "max_bytes"), ({"factor": 1}, "factor"),
     ({"iters": 0}, "iters"), ({"train_bits": (1,)}, "train_bits"),
     ({"train_transport": "ring"}, "train_transport"), ({"timeout_s": 0}, "timeout_s"),
+    ({"bucket_cap_mb": 0}, "bucket_cap_mb"), ({"train_warmup": 1}, "train_warmup"),
 ])
 def test_config_errors_name_the_field(kw, field):
     with pytest.raises(ConfigError, match=field):
@@ -59,11 +60,48 @@ def test_spawn_reports_bad_options_before_starting(tmp_path, capsys):
     assert rc == 2 and "lots" in capsys.readouterr().err
 
 
-def test_critical_busy_takes_the_slowest_rank_per_segment():
-    # two ranks, two steps; each step is cut by two collectives into three segments
-    seg = [[[1.0, 5.0, 1.0], [2.0, 2.0, 2.0]],
-           [[3.0, 1.0, 1.0], [1.0, 1.0, 4.0]]]
-    # a collective waits for the last rank: 3 + 5 + 1, not max(7, 5)
-    assert critical_busy(seg) == [9.0, 2.0 + 2.0 + 4.0]
-    # ranks that cut a step differently: the slower rank's whole step
-    assert critical_busy([[[1.0, 2.0]], [[4.0]]]) == [4.0]
+@pytest.mark.slow
+def test_spawned_training_times_every_bucket_and_stores_its_replay_trace(tmp_path, capsys):
+    """2 gloo ranks, an MLP of 3 x 256 hidden (0.25 MiB buckets: the output layer goes with the
+    last hidden one, the others alone: 3 buckets): fp32, fp16 and
+    QSGD 4-bit steps with their per-bucket timelines, and the payload trace the replay reads."""
+    import emulator
+    import qsgd
+    import topologies
+
+    out = tmp_path / "trace.json"
+    rc = main(["validate", "run", "--spawn", "2", "--out", str(out), "--ops", "allreduce",
+               "--min-bytes", "64KiB", "--max-bytes", "64KiB", "--iters", "2", "--train-bits", "4",
+               "--width", "256", "--depth", "3", "--batch-size", "8", "--bucket-cap-mb", "0.25",
+               "--train-warmup", "2", "--train-steps", "3", "--timeout", "60",
+               "--wall-timeout", "240"])
+    assert rc == 0, capsys.readouterr().err
+    trace = MeasuredTrace.load(out)
+    pts = {(t.transport, t.bits): t for t in trace.training}
+    assert set(pts) == {("allreduce", 32), ("allreduce", 16), ("allgather", 4)}
+    G = topologies.from_spec("switch:2")
+    for (transport, bits), t in pts.items():
+        assert t.get("buckets") == 3 and len(t.samples_s) == 3
+        assert t.get("replay_transport") == {32: "fp32", 16: "fp16", 4: "qsgd_allgather"}[bits]
+        tl = t.get("timeline")
+        assert [b["bucket"] for b in tl] == [0, 1, 2]
+        for b in tl:
+            assert 0 < b["ready"] <= b["issued"] <= b["comm_done"] <= b["done"] <= t.iteration_s * 1.5
+        # buckets are handed over in order during backward, after forward
+        assert all(a["ready"] <= b["ready"] for a, b in zip(tl, tl[1:]))
+        assert tl[0]["ready"] >= t.get("forward_end_s") * 0.5
+        ptrace = qsgd.PayloadTrace.from_dict(t.get("payload_trace"))
+        assert ptrace.num_buckets == 3 and ptrace.parameters == t.get("numel")
+        pred = emulator.replay(ptrace, G, transport=t.get("replay_transport"), world_size=2)
+        assert pred.iteration_s > 0 and len(pred.buckets) == 3
+        # what a rank sends: the buckets' wire plans
+        assert t.bytes_per_step == sum(emulator.bucket_plan(ptrace, k, t.get("replay_transport"), 2).wire_bytes
+                                       for k in range(3))
+        assert t.get("compute_s") > 0
+    q = pts[("allgather", 4)]
+    ptrace = qsgd.PayloadTrace.from_dict(q.get("payload_trace"))
+    # the hook's own stage seconds, per bucket; the packed payloads' exact sizes
+    assert all(b.encode_s > 0 and b.decode_s > 0 for b in ptrace.iterations[0].buckets)
+    assert [b.payload_bytes for b in ptrace.iterations[0].buckets] == [
+        qsgd.payload_nbytes(b.compressed_numel, ptrace.config) for b in ptrace.buckets]
+    assert q.bytes_per_step < pts[("allreduce", 16)].bytes_per_step < pts[("allreduce", 32)].bytes_per_step
