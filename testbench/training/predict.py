@@ -117,7 +117,10 @@ class StepClock:
             stages = rec.get("stages", {})
             enc = sum(e - s for n, (s, e) in stages.items() if n == "encode")
             dec = sum(e - s for n, (s, e) in stages.items() if n != "encode") / self.world_size
-            payload = sizes.get(b.index) or (qsgd.payload_nbytes(comp, qcfg) if comp else 0)
+            # a trace holds one payload per bucket: a packed one's size is the config's (the
+            # hook's scatter-reduce chunks each carry a header of their own); Elias's as sent
+            payload = (qsgd.payload_nbytes(comp, qcfg) if qcfg.codec == "packed" else
+                       sizes.get(b.index) or 0) if comp else 0
             if not comp:
                 payload = enc = dec = 0
             t = max(self.ready.get(n, self.t_fwd) for n in b.names) - self.t_fwd - before

@@ -16,7 +16,7 @@ CAL = Calibration(links={"ethernet": (50e-6, 20e6)}, fitted_on=())
 
 def _measured_timeline(pred, late=0.0):
     return [{"bucket": b.index, "ready": b.ready_s, "issued": b.issued_s,
-             "comm_done": b.comm_end + late, "done": b.end_s + late} for b in pred.buckets]
+             "comm_done": b.comm_end_s + late, "done": b.end_s + late} for b in pred.buckets]
 
 
 def training_points(fp32_factor=1.0, qsgd_factor=1.05):
