@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
-from emulator.network import Network
+from emulator.network import DEFAULT_ALGORITHM, Network
 
 FP32_BYTES = 4
 
@@ -167,7 +167,7 @@ def _chunk_payloads(payload: float, numel: int, p: int) -> list[int]:
 
 # ---------------------------------------------------------------- replay
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
-           compute: ComputeModel | None = None, algorithm: str = "ring", bits: int | None = None,
+           compute: ComputeModel | None = None, algorithm: str = DEFAULT_ALGORITHM, bits: int | None = None,
            network: Network | None = None) -> Prediction:
     """Predict one training iteration of ``trace``'s model on topology ``G``.
 
