@@ -34,8 +34,10 @@ EXACT = [
     *[("dgx_a100", op, "nccl_ring", p, 1 << 24) for op in ("allreduce", "allgather",
                                                           "reduce_scatter", "broadcast")
       for p in nccl.PROTOCOLS],
-    # one chunk per tree half: the two chains of a node cross the same links in step
-    *[("dgx_a100", "allreduce", "nccl_tree", p, 1 << 18) for p in nccl.PROTOCOLS],
+    # one chunk per tree half (LL's step is 32 KiB): the two chains of a node cross the same
+    # links in step
+    *[("dgx_a100", "allreduce", "nccl_tree", p, 1 << 16 if p == "LL" else 1 << 18)
+      for p in nccl.PROTOCOLS],
     *[("switch:8", "allreduce", "nccl_ring", p, 3_000_001) for p in ("LL", "Simple")],
     ("ring:6", "allgather", "nccl_ring", "Simple", 600_000),
     ("dgx_h100", "allreduce", "nccl_nvls", "Simple", 1 << 26),
@@ -71,11 +73,11 @@ def test_closed_form_bounds_congested_schedules(spec, name, nbytes, rel):
 
 def test_ring_closed_form_by_hand():
     # dgx_a100, 8 GPUs on one NVSwitch (300 GB/s per GPU link, 0.6 us GPU to GPU), Simple:
-    # launch 8.4 us, then 14 steps of max(3.4 us, 0.6 us) + a segment at NCCL's 20 of 25 GB/s
-    # per NVLink, i.e. 1.25 wire bytes per byte at 300 GB/s.
+    # launch 8.4 us, then 14 steps of 3.4 us (NCCL's per-step latency) + 0.6 us (the path's)
+    # + a segment at NCCL's 20 of 25 GB/s per NVLink, i.e. 1.25 wire bytes per byte at 300 GB/s.
     n = 1 << 30
     s, r = run("dgx_a100", "allreduce", "nccl_ring", n, "Simple")
-    want = 8.4e-6 + 14 * (3.4e-6 + math.ceil(n / 8 * 1.25) / 300e9)
+    want = 8.4e-6 + 14 * (3.4e-6 + 0.6e-6 + math.ceil(n / 8 * 1.25) / 300e9)
     assert r.time_s == pytest.approx(want, rel=1e-9)
     assert r.busbw == pytest.approx(2 * 7 / 8 * n / want)
     assert 230e9 < r.busbw < 240e9           # NCCL's own figure: 12 NVLinks x 20 GB/s
@@ -83,11 +85,11 @@ def test_ring_closed_form_by_hand():
 
 def test_nvls_closed_form_by_hand():
     # dgx_h100: every GPU sends and receives n (1 + 1/8) bytes through its 450 GB/s NVSwitch
-    # link, at NCCL's 20.6 of 25 GB/s per NVLink times NVLS's 0.85, after 25 us.
+    # link, at NCCL's 20.6 of 25 GB/s per NVLink times NVLS's 0.85, after 25 us (+ 0.6 us path).
     n = 1 << 30
     s, r = run("dgx_h100", "allreduce", "nccl_nvls", n)
     pair = math.ceil(n * (1 + 1 / 8) / 7)
-    want = 25e-6 + math.ceil(pair * (25 / 20.6) / 0.85) / (450e9 / 7)
+    want = 25e-6 + 0.6e-6 + math.ceil(pair * (25 / 20.6) / 0.85) / (450e9 / 7)
     assert r.time_s == pytest.approx(want, rel=1e-9)
     # NCCL on DGX H100: ~480 GB/s busbw (sjeaugey, NVIDIA/nccl-tests#212)
     assert 450e9 < r.busbw < 510e9

@@ -257,19 +257,20 @@ def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1
                           f"{', '.join(OP_ALGOS.get(op, ()))})")
     (a, p, t), timed = _choose(system, rings, op, nbytes, algo, protocol)
     if len(system.ranks) >= 2:
+        eff = cost.efficiency(system, rings, a, p)
         if a == "Ring":
             if op == "broadcast":
-                builders.broadcast(b, system, rings, nbytes, p)
+                builders.broadcast(b, system, rings, nbytes, p, eff)
             else:
-                builders.ring(b, system, rings, op, _blocks(system, op, nbytes), p)
+                builders.ring(b, system, rings, op, _blocks(system, op, nbytes), p, eff)
         elif a == "Tree":
-            builders.tree_allreduce(b, system, rings, nbytes, p)
+            builders.tree_allreduce(b, system, rings, nbytes, p, eff)
         elif a == "NVLS":
             builders.nvls_allreduce(b, system, nbytes)
         elif a == "NVLSTree":
             builders.nvls_tree_allreduce(b, system, rings, nbytes)
         else:
-            builders.p2p_alltoall(b, system, _a2a_sizes(system, nbytes), p)
+            builders.p2p_alltoall(b, system, _a2a_sizes(system, nbytes), p, eff=eff)
     sched = b.build(system.ranks, op, name, nbytes, 1)
     return sched.annotate(nccl=Plan(op, a, p, len(rings), t, timed).to_dict(),
                           payload_bytes=_payload(op, a, len(system.ranks), nbytes))
@@ -295,8 +296,9 @@ def _qsgd(b, system, rings, name, ranks, nbytes, payload_bytes, protocol):
                                    protocol, blocks=sizes)
     sent = 0
     if p >= 2:
+        eff = cost.efficiency(system, rings, "Ring", proto)
         if QSGD[name] == "allgather":
-            builders.ring(b, system, rings, "allgather", sizes, proto)
+            builders.ring(b, system, rings, "allgather", sizes, proto, eff)
             sent = int((p - 1) * sizes.sum())
         else:
             index = {r: i for i, r in enumerate(system.ranks)}
@@ -307,7 +309,7 @@ def _qsgd(b, system, rings, name, ranks, nbytes, payload_bytes, protocol):
             for y in system.ranks:
                 inbound = [np.asarray([v]) for (x, z), v in scatter.items() if z == y]
                 done[y] = int(b.local(y, inbound, "reduce")[0])
-            builders.ring(b, system, rings, "allgather", sizes, proto, first_deps=done)
+            builders.ring(b, system, rings, "allgather", sizes, proto, eff, first_deps=done)
             sent = int((p - 1) * sizes.sum() * 2)
             t += cost.p2p_time(system, {(x, y): int(sizes[index[y]]) for x in system.ranks
                                         for y in system.ranks})

@@ -5,12 +5,16 @@ Common to every builder (NCCL's cost model, src/graph/tuning.cc, made into trans
 - the message is split across channels, each channel moving its share over its own ring or
   trees (:mod:`.channels`);
 - a hop takes the protocol's per-step latency (``hwLat`` of the link type, algorithm and
-  protocol) or the path's own latency if that is larger: the first chunk of every step waits
-  ``max(0, hwLat - path latency)`` before it leaves (``compute_s``);
+  protocol) on top of the path's own latency: the first chunk of every step waits ``hwLat``
+  before it leaves (``compute_s``). NCCL measured its figures on NVLink and InfiniBand, whose
+  paths take a microsecond or less; a slower fabric (a cloud NIC, a long link) adds its own
+  latency, which is also what ``validate calibrate`` can fit;
 - every rank's first transfer waits the launch latency ``baseLat``;
-- a hop carries ``1 / efficiency`` wire bytes per payload byte: the protocol's (LL 0.5, LL128
-  0.92, Simple 1) times the link's usable share (NVLink at NCCL's topo.h rate, PCIe at 0.76),
-  so a link at line rate carries payload at the rate NCCL gets from it;
+- a hop carries ``1 / efficiency`` wire bytes per payload byte: the protocol's share of the
+  algorithm's bandwidth (:func:`.cost.efficiency`: ring LL 0.5 capped at NCCL's llMaxBw, LL128
+  0.92, Simple 1; trees x 0.92 with LL 1/3.8 and LL128 7/9 or 120/128) times the link's usable
+  share (NVLink at NCCL's topo.h rate, PCIe at 0.76), so a link at line rate carries payload
+  at the rate NCCL gets from it;
 - trees and NVLS pipeline the message in chunks of the protocol's buffer step
   (:data:`.constants.CHUNK_BYTES`), at most :data:`MAX_CHUNKS` per tree edge; rings need none
   (each of their steps already moves one segment per hop), and a ring connection keeps several
@@ -56,9 +60,9 @@ def hop_latency(system: NcclSystem, net: bool, algo: str, proto: str) -> float:
 class _Hops:
     """Route ids, wire-byte scale and per-step wait of the hops a schedule uses (cached)."""
 
-    def __init__(self, b: Builder, system: NcclSystem, algo: str, proto: str, extra: float = 1.0):
+    def __init__(self, b: Builder, system: NcclSystem, algo: str, proto: str, eff: float):
         self.b, self.system, self.algo, self.proto = b, system, algo, proto
-        self.extra = extra
+        self.eff = eff
         self._cache: dict = {}
 
     def __call__(self, stops: tuple, flow: int):
@@ -67,8 +71,8 @@ class _Hops:
         if hit is None:
             hop = self.system.hop(stops, flow)
             route = self.b.route(Route(via=tuple(stops[1:-1]), flow=flow))
-            scale = hop.inflation / (C.PROTOCOL_EFFICIENCY[self.proto] * self.extra)
-            wait = max(0.0, hop_latency(self.system, hop.net, self.algo, self.proto) - hop.latency)
+            scale = hop.inflation / self.eff
+            wait = hop_latency(self.system, hop.net, self.algo, self.proto)
             hit = self._cache[key] = (route, scale, wait, hop)
         return hit
 
@@ -83,7 +87,7 @@ RING_OPS = {
 }
 
 
-def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: str,
+def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: str, eff: float,
          first_deps=None) -> list:
     """Ring ``op`` over ``rings`` (channels); ``blocks[j]`` payload bytes of rank j's block
     (a per-rank segment of the vector). Returns each channel's transfer ids (steps, p, 1).
@@ -91,7 +95,7 @@ def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: st
     ``first_deps[rank]`` (optional) is a transfer id a rank's first send waits for.
     """
     steps_of, offset, phases = RING_OPS[op]
-    hops = _Hops(b, system, "Ring", proto)
+    hops = _Hops(b, system, "Ring", proto, eff)
     base = C.BASE_LATENCY["Ring"][proto]
     blocks = np.asarray(blocks, dtype=np.int64)
     out = []
@@ -112,10 +116,11 @@ def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: st
     return out
 
 
-def broadcast(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str) -> None:
+def broadcast(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str,
+              eff: float) -> None:
     """NCCL's ring broadcast from the first rank: a pipelined chain along each channel's ring,
     starting at the root, chunks of the protocol's step size."""
-    hops = _Hops(b, system, "Ring", proto)
+    hops = _Hops(b, system, "Ring", proto, eff)
     root = system.ranks[0]
     for c, (rg, share) in enumerate(zip(rings, split(nbytes, len(rings)))):
         order = list(rg.order)
@@ -139,10 +144,11 @@ def _chunks(nbytes: int, proto: str) -> int:
 
 
 # -- trees --------------------------------------------------------------------------------------
-def tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str) -> None:
+def tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str,
+                   eff: float) -> None:
     """NCCL's tree allreduce: per channel, half the bytes up and down each of its two trees
     (double binary tree between nodes, chains inside), pipelined in chunks."""
-    hops = _Hops(b, system, "Tree", proto, extra=C.TREE_EFFICIENCY)
+    hops = _Hops(b, system, "Tree", proto, eff)
     base = C.BASE_LATENCY["Tree"][proto]
     for c, (rg, share) in enumerate(zip(rings, split(nbytes, len(rings)))):
         for tree, half in zip(channel_trees(system, rg), split(int(share), 2)):
@@ -214,8 +220,7 @@ def _exchange(b: Builder, system: NcclSystem, group, nbytes_pair: int, wait: flo
                 deps.extend(deps_of(x))
             if conn is not None and (x, y) in conn:
                 deps.append(np.asarray([conn[(x, y)]]))
-            w = max(0.0, wait - hop.latency)
-            out[(x, y)] = int(b.add(x, y, int(math.ceil(nbytes_pair * scale)), deps, tag, w)[0])
+            out[(x, y)] = int(b.add(x, y, int(math.ceil(nbytes_pair * scale)), deps, tag, wait)[0])
     return out
 
 
@@ -240,7 +245,7 @@ def nvls_tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int
     nodes = [list(n) for n in system.nodes]
     chunks = split(nbytes, _chunks(math.ceil(nbytes / g), "Simple"))
     intra = C.HOP_LATENCY["nvlink"]["NVLSTree"]["Simple"]
-    hops = _Hops(b, system, "NVLSTree", "Simple")
+    hops = _Hops(b, system, "NVLSTree", "Simple", 1.0)
     prev_rs, prev_ag = {}, {}
     prev_tree: dict = {}
     for i, chunk in enumerate(chunks):
@@ -254,10 +259,9 @@ def nvls_tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int
         done = {}
         for j in range(g):
             rail = [grp[j] for grp in nodes]
-            ring = rings[j % len(rings)]
             shard = math.ceil(int(chunk) / g)
             for t, half in enumerate(split(shard, 2)):
-                tree = channel_trees(system, ring)[t]
+                tree = channel_trees(system, rail_ring(system, rings, j, t))[t]
                 sub = _rail_tree(system, tree, rail, nodes)
                 arrived = _tree_once(b, sub, int(half), hops, rs, nodes, j, prev_tree, (i, j, t))
                 for r, ids in arrived.items():
@@ -269,6 +273,18 @@ def nvls_tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int
                                     deps_of=lambda x: [np.asarray([d]) for d in done.get(x, [])],
                                     conn=prev_ag))
         prev_ag = ag
+
+
+def rail_ring(system: NcclSystem, rings: list, j: int, t: int):
+    """The channel that enters node 0 at local GPU ``j`` (the ``t``-th such when a GPU has
+    several), else one whose NIC is among ``j``'s nearest: each GPU's shard crosses nodes
+    through a NIC next to it."""
+    gpu = system.nodes[0][j]
+    mine = [rg for rg in rings if rg.order[0] == gpu]
+    if not mine:
+        mine = [rg for rg in rings if rg.nics[0] is not None and gpu in system.near[rg.nics[0]][:2]]
+    mine = mine or rings
+    return mine[t % len(mine)]
 
 
 def _rail_tree(system, tree, rail, nodes):
@@ -336,12 +352,12 @@ def _tree_once(b, tree, nbytes, hops, rs, nodes, j, prev, key):
 
 # -- point to point ------------------------------------------------------------------------------
 def p2p_alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="alltoall",
-                 deps_of=None) -> dict:
+                 deps_of=None, eff: float | None = None) -> dict:
     """NCCL's all-to-all: grouped send/recv between every pair at once (``sizes[(src, dst)]``
     payload bytes). Inside a node over the direct path; between nodes through the NIC of the
     destination's rail, reached over NVLink first (PXN, NCCL 2.12+), so that the network leg
     stays on one rail. Returns {(src, dst): transfer id}."""
-    hops = _Hops(b, system, "Ring", proto)
+    hops = _Hops(b, system, "Ring", proto, C.PROTOCOL_EFFICIENCY[proto] if eff is None else eff)
     out = {}
     k = min((len(n) for n in system.nics), default=0)
     for (x, y), nbytes in sorted(sizes.items()):

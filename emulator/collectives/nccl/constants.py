@@ -66,8 +66,19 @@ NET_OVERHEAD_SIMPLE_FACTOR = 3
 #: model, which also counts its flag checks), Simple moves raw data.
 PROTOCOL_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 
-#: tuning.cc: Tree's bandwidth factor (busBw x 0.92) on top of the protocol's.
+#: tuning.cc: Tree's bandwidth factor (busBw x 0.92) on top of the protocol's, and the tree's
+#: own protocol factors: LL 1/3.8, LL128 7/9 inside one node and 120/128 across nodes.
 TREE_EFFICIENCY = 0.92
+TREE_PROTOCOL_EFFICIENCY = {"LL": 1 / 3.8, "LL128": (7 / 9, 120 / 128), "Simple": 1.0}
+
+#: tuning.cc llMaxBws[row][nodes]: most bus bandwidth LL reaches (bytes/s), rows by the GPU
+#: architecture on one node and by the CPU vendor across nodes (Intel, NCCL's default, here);
+#: columns 1 node, 2 nodes, more.
+LL_MAX_BW = {
+    "volta": (39.0 * GB, 39.0 * GB, 20.4 * GB), "ampere": (87.7 * GB, 22.5 * GB, 19.0 * GB),
+    "hopper": (141.0 * GB, 45.0 * GB, 35.0 * GB), "blackwell": (282.0 * GB, 90.0 * GB, 70.0 * GB),
+    "intel": (39.0 * GB, 39.0 * GB, 20.4 * GB),
+}
 
 #: topo.h: bandwidth NCCL drives over one NVLink, per compute capability (bytes/s), against
 #: the 25 GB/s line rate of NVLink 2-4 (50 GB/s for NVLink 5): sm60 18, sm70 20, sm80 20,

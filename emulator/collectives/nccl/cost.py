@@ -23,11 +23,53 @@ from .channels import channel_trees
 from .system import NcclSystem
 
 
-def _facts(system: NcclSystem, stops: tuple, flow: int, algo: str, proto: str, extra=1.0):
+def efficiency(system: NcclSystem, rings: list, algo: str, proto: str) -> float:
+    """Payload share of the bandwidth ``algo`` gets with ``proto`` (tuning.cc's factors).
+
+    Ring: LL 0.5, LL128 0.92, Simple 1. Tree: 0.92 times LL 1/3.8, LL128 7/9 (one node) or
+    120/128 (several), Simple 1. LL is further capped at NCCL's llMaxBw: its bus bandwidth is
+    at most that figure, so the share is min(share, llMaxBw / Simple's bus bandwidth).
+
+    Examples
+    --------
+    >>> import topologies
+    >>> from .channels import channel_rings
+    >>> s = NcclSystem.of(topologies.from_spec("dgx_a100"), range(8))
+    >>> round(efficiency(s, channel_rings(s), "Ring", "LL"), 3)   # 87.7 / 240 GB/s
+    0.365
+    """
+    key = ("eff", algo, proto, len(rings))
+    cache = system.__dict__.setdefault("_cache", {})
+    if key in cache:
+        return cache[key]
+    if algo == "Tree":
+        e = C.TREE_PROTOCOL_EFFICIENCY[proto]
+        if proto == "LL128":
+            e = e[0] if system.n_nodes == 1 else e[1]
+        e *= C.TREE_EFFICIENCY
+    elif algo in ("Ring", "P2P"):
+        e = C.PROTOCOL_EFFICIENCY[proto]
+    else:
+        e = 1.0
+    if proto == "LL" and algo in ("Ring", "Tree") and len(system.ranks) > 1:
+        row = system.arch if system.n_nodes == 1 else "intel"
+        cap = C.LL_MAX_BW[row][min(system.n_nodes, 3) - 1]
+        simple = efficiency(system, rings, algo, "Simple")
+        n = 1 << 30
+        p = len(system.ranks)
+        if algo == "Ring":
+            t = ring_time(system, rings, "allreduce", split(n, p), "Simple", simple)
+        else:
+            t = tree_time(system, rings, n, "Simple", simple)
+        busbw = 2 * (p - 1) / p * n / t
+        e = min(e, simple * cap / busbw)
+    cache[key] = e
+    return e
+
+
+def _facts(system: NcclSystem, stops: tuple, flow: int, algo: str, proto: str, eff: float):
     hop = system.hop(stops, flow)
-    scale = hop.inflation / (C.PROTOCOL_EFFICIENCY[proto] * extra)
-    wait = max(0.0, hop_latency(system, hop.net, algo, proto) - hop.latency)
-    return hop, scale, wait
+    return hop, hop.inflation / eff, hop_latency(system, hop.net, algo, proto)
 
 
 def _rates(system: NcclSystem, hops: list) -> list:
@@ -37,7 +79,8 @@ def _rates(system: NcclSystem, hops: list) -> list:
     return [min(G.edges[u, v]["bandwidth"] / count[(u, v)] for u, v in h.channels) for h in hops]
 
 
-def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str) -> float:
+def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
+              eff: float | None = None) -> float:
     """Seconds of :func:`.builders.ring`: the launch latency ``baseLat`` plus, per channel, the
     longer of
 
@@ -50,7 +93,8 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str) -> f
     steps_of = RING_OPS[op][0]
     blocks = np.asarray(blocks, dtype=np.int64)
     per_channel = np.stack([split(int(x), len(rings)) for x in blocks], axis=1)
-    facts = [[_facts(system, st, rg.flow, "Ring", proto) for st in rg.stops] for rg in rings]
+    eff = efficiency(system, rings, "Ring", proto) if eff is None else eff
+    facts = [[_facts(system, st, rg.flow, "Ring", proto, eff) for st in rg.stops] for rg in rings]
     rates = _rates(system, [f[0] for fs in facts for f in fs])
     base = C.BASE_LATENCY["Ring"][proto]
     best, k = 0.0, 0
@@ -80,7 +124,9 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str) -> f
 def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> float:
     """Pipelined chain per channel (Pjesivac-Grbovic et al. 2007): the first chunk crosses
     every hop with its wait, the other chunks follow one after another on the slowest hop."""
-    facts = [[_facts(system, st, rg.flow, "Ring", proto) for st in rg.stops[:-1]] for rg in rings]
+    eff = efficiency(system, rings, "Ring", proto)
+    facts = [[_facts(system, st, rg.flow, "Ring", proto, eff) for st in rg.stops[:-1]]
+             for rg in rings]
     rates = _rates(system, [f[0] for fs in facts for f in fs])
     base = C.BASE_LATENCY["Ring"][proto]
     best, k = 0.0, 0
@@ -101,12 +147,14 @@ def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> 
     return best
 
 
-def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> float:
+def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
+              eff: float | None = None) -> float:
     """Double binary trees, pipelined in chunks: the launch latency, the first chunk up the
     deepest leaf-to-root path and back down (a link shared by the trees that cross it in the
     same phase), then the other chunks on the slowest edge with the up and down flows of every
     tree sharing links. Exact for one chunk on trees that cross links alike (one node); the
     steady-state term is a bound (the engine overlaps phases partly)."""
+    eff = efficiency(system, rings, "Tree", proto) if eff is None else eff
     trees = []
     for rg, share in zip(rings, split(nbytes, len(rings))):
         for tree, half in zip(channel_trees(system, rg), split(int(share), 2)):
@@ -117,7 +165,7 @@ def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> float
         for (a, b), stops in tree.stops.items():
             down = stops if stops[0] == gpu(a) else tuple(reversed(stops))
             for phase, st in (("down", down), ("up", tuple(reversed(down)))):
-                f = _facts(system, st, tree.flow, "Tree", proto, C.TREE_EFFICIENCY)
+                f = _facts(system, st, tree.flow, "Tree", proto, eff)
                 info[(id(tree), st[0], st[-1])] = (f, phase, len(phase_hops[phase]))
                 phase_hops[phase].append(f[0])
     rate = {ph: _rates(system, hops) for ph, hops in phase_hops.items()}
@@ -157,13 +205,16 @@ def nvls_time(system: NcclSystem, nbytes: int) -> float:
     hops = [system.hop((system.gpu(x), system.gpu(y))) for x in group for y in group if x != y]
     rates = _rates(system, hops)
     lat = C.HOP_LATENCY["nvlink"]["NVLS"]["Simple"]
-    return max(max(0.0, lat - h.latency) + h.latency + math.ceil(pair * h.inflation / eff) / r
+    return max(lat + h.latency + math.ceil(pair * h.inflation / eff) / r
                for h, r in zip(hops, rates))
 
 
 def nvls_tree_time(system: NcclSystem, rings: list, nbytes: int) -> float:
     """NVLS halves inside nodes and a rail tree between them, pipelined: the launch, one chunk
-    through every stage, then the other chunks through the slowest stage."""
+    through every stage, then the other chunks through the slowest stage (each GPU's shard on
+    the NICs :func:`.builders.rail_ring` gives it, both halves at once)."""
+    from .builders import rail_ring
+
     g = system.ppn
     chunks = split(nbytes, _chunks(math.ceil(nbytes / g), "Simple"))
     c0 = int(chunks[0])
@@ -177,21 +228,23 @@ def nvls_tree_time(system: NcclSystem, rings: list, nbytes: int) -> float:
         intra = max(h.latency + math.ceil(pair * h.inflation / eff) / r for h, r in zip(hops, rates))
     shard = math.ceil(c0 / g)
     H = system.n_nodes
-    hops_up = []
+    facts = []
     for j in range(g):
-        rg = rings[j % len(rings)]
-        for st in rg.stops:
-            if len(st) > 2:
-                hops_up.append(_facts(system, st, rg.flow, "NVLSTree", "Simple"))
-                break
-    if not hops_up:
+        for t in range(2):
+            rg = rail_ring(system, rings, j, t)
+            st = next((st for st in rg.stops if len(st) > 2), None)
+            if st is not None:
+                facts.append(_facts(system, st, rg.flow, "NVLSTree", "Simple", 1.0))
+    if not facts:
         return intra
-    rates = _rates(system, [f[0] for f in hops_up] * 2)
-    hop, scale, wait = hops_up[0]
+    # every rail sends up and receives down at once: both directions of its legs
+    rates = _rates(system, [f[0] for f in facts])
+    half = math.ceil(shard / 2)
+    inter_one = max(h.latency + math.ceil(half * s) / r for (h, s, _), r in zip(facts, rates))
+    wait = max(w for _, _, w in facts)
     depth = max(1, (H - 1).bit_length())
-    inter_one = hop.latency + math.ceil(math.ceil(shard / 2) * scale) / min(rates)
     lat = C.HOP_LATENCY["nvlink"]["NVLSTree"]["Simple"]
-    first = max(0.0, lat - 0.0) + 2 * intra + 2 * depth * (wait + inter_one)
+    first = lat + 2 * intra + 2 * depth * (wait + inter_one)
     return first + (len(chunks) - 1) * max(intra, inter_one)
 
 
@@ -211,9 +264,11 @@ def p2p_time(system: NcclSystem, sizes: dict, proto: str = "Simple") -> float:
             nic_x, nic_y = system.nics[hx][j], system.nics[hy][j]
             proxy = system.near[nic_x][0]
             via = ((system.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
-            facts.append(_facts(system, (system.gpu(x), *via, system.gpu(y)), j, "Ring", proto))
+            facts.append(_facts(system, (system.gpu(x), *via, system.gpu(y)), j, "Ring", proto,
+                                C.PROTOCOL_EFFICIENCY[proto]))
         else:
-            facts.append(_facts(system, (system.gpu(x), system.gpu(y)), 0, "Ring", proto))
+            facts.append(_facts(system, (system.gpu(x), system.gpu(y)), 0, "Ring", proto,
+                                C.PROTOCOL_EFFICIENCY[proto]))
     rates = _rates(system, [f[0] for f in facts])
     return max(w + h.latency + math.ceil(int(n) * s) / r
                for (_, _, n), (h, s, w), r in zip(items, facts, rates))
