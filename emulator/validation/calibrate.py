@@ -10,16 +10,23 @@ give the emulator's numbers for the calibration points.
 How: Gauss-Newton on the relative errors. At the current scales ``theta`` the predictions
 ``T(theta)`` and their Jacobian ``J`` (finite differences of the emulator) give the linear
 model ``T ~ T(theta) + J (theta' - theta)``; rows are divided by the measured times so every
-point weighs by its relative error, and non-negative least squares gives ``theta'``. For a
+point weighs by its relative error, and least squares (bounded below: latencies >= 1 ns,
+bandwidths <= 1000x the figure) gives ``theta'``. For a
 flow model without fixed offsets ``T`` is linear in the scales (a collective's time is a sum of
 link latencies and bytes over bandwidth shares, Thakur, Rabenseifner & Gropp 2005), so one step
 is exact; NCCL's per-step latencies make it affine, which the ``T(theta)`` term absorbs.
 
-What the data determine: a scale whose column of the relative Jacobian is (numerically) zero,
-or a combination of scales the points cannot tell apart (QR with column pivoting, Golub & Van
-Loan section 5.4.1), is kept at its current value, the topology's own figure, and reported as
-kept; at most one scale per measured point is fitted. A class no collective crosses, or a
+What the data determine: a scale whose column of the relative Jacobian is negligible, or a
+combination of scales the points cannot tell apart (column pivoting and Gram-Schmidt, Golub &
+Van Loan section 5.4.1; :func:`_determined`), is kept at the topology's own figure and
+reported as kept; at most one scale per measured point is fitted, and the choice is made once,
+at the topology's own figures. A class no collective crosses, or a
 latency hidden behind NCCL's larger per-step latency, is therefore kept rather than refused.
+
+Calibration changes link figures, not paths: routes are shortest-latency, so a latency scaled
+far enough would send traffic another way (GPU to GPU over PCIe instead of NVSwitch), which no
+real system does. A step that would change a route between GPUs and NICs, or raise the misfit,
+is damped (Levenberg-Marquardt) until it does neither, or the fit stops.
 """
 from __future__ import annotations
 
@@ -41,9 +48,24 @@ DEFAULT_CLASS = "default"
 #: (validate_topology wants latency > 0); 1 ns is far below any real link's latency.
 MIN_LATENCY_S = 1e-9
 
-#: A scale is determined when its pivot in the QR of the relative Jacobian is at least this
-#: fraction of the largest pivot (a 1e-3 relative change of the predictions per unit of it).
-DETERMINED = 1e-3
+#: Relative step of the finite differences: a secant over 5 % rather than a tangent, since
+#: the engine's times are only piecewise smooth in the link figures (max-min shares change
+#: where flows meet) and a tiny step can land on one piece's edge.
+FD_STEP = 0.05
+
+#: Most GPU/NIC node pairs whose routes a step must keep (the first ones in node order).
+MAX_ROUTE_PAIRS = 4096
+#: Most damped retries of a step that would change routes or raise the misfit.
+MAX_TRIES = 8
+#: Most a fit may raise a class's bandwidth over the topology's own figure.
+MAX_SPEEDUP = 1000.0
+
+#: Norm of a relative-Jacobian column below which the data say nothing about that scale: a
+#: 100-fold change of it would move the predictions by less than 1 %.
+NEGLIGIBLE = 1e-4
+#: Least distance of a unit column from the span of the columns fitted before it (the sine of
+#: the angle, about 3 degrees): closer, and the points cannot tell the two apart.
+INDEPENDENT = 0.05
 
 
 def link_classes(G: nx.Graph) -> list[str]:
@@ -91,14 +113,19 @@ def _class_means(G: nx.Graph) -> dict:
 
 
 # -- predictors: (G, op, algorithm, nbytes) -> seconds --------------------------------------
-def _simulate(G, op, algorithm, nbytes) -> float:
+def _simulate(G, op, algorithm, nbytes, protocol=None) -> float:
     import emulator
+    import topologies
 
     # The emulator's sizes follow nccl-tests too (allgather: the gathered total).
-    return float(emulator.run_collective(G, op, algorithm, int(nbytes)).time_s)
+    if protocol is None:
+        return float(emulator.run_collective(G, op, algorithm, int(nbytes)).time_s)
+    sched = emulator.build_schedule(op, algorithm, len(topologies.gpus(G)), int(nbytes), graph=G,
+                                    protocol=protocol)
+    return float(emulator.simulate(G, sched).time_s)
 
 
-def _closed_form(G, op, algorithm, nbytes) -> float:
+def _closed_form(G, op, algorithm, nbytes, protocol=None) -> float:
     """Alpha-beta closed form with alpha = path latency and beta = 1/bottleneck of rank 0 -> 1."""
     import emulator
     import topologies
@@ -113,17 +140,35 @@ def _closed_form(G, op, algorithm, nbytes) -> float:
     return float(emulator.closed_form(op, algorithm, len(ranks), nbytes, alpha, beta))
 
 
-#: predictor name -> function(G, op, algorithm, nbytes) -> seconds.
+#: predictor name -> function(G, op, algorithm, nbytes[, protocol]) -> seconds.
 PREDICTORS = {"simulate": _simulate, "closed_form": _closed_form}
 
 
-def predict(G, op: str, algorithm: str, nbytes: int, predictor: str = "simulate") -> float:
-    """Seconds the emulator predicts for one collective (nccl-tests ``nbytes`` convention)."""
+def predict(G, op: str, algorithm: str, nbytes: int, predictor: str = "simulate",
+            protocol: str | None = None) -> float:
+    """Seconds the emulator predicts for one collective (nccl-tests ``nbytes`` convention);
+    ``protocol`` pins an NCCL algorithm's protocol (the simulating predictor only)."""
     try:
         fn = PREDICTORS[predictor]
     except KeyError:
         raise CalibrationError(f"predictor {predictor!r} not one of {', '.join(PREDICTORS)}") from None
-    return fn(G, op, algorithm, nbytes)
+    if protocol is None:
+        return fn(G, op, algorithm, nbytes)
+    return fn(G, op, algorithm, nbytes, protocol)
+
+
+def _pinned(G, op: str, algorithm: str, nbytes: int, predictor: str) -> tuple:
+    """(algorithm, protocol) the fit predicts a point with: NCCL's choice on the topology's own
+    figures, held through the fit (``nccl`` re-chooses with every trial figure, and a choice
+    that flips between two finite differences makes the Jacobian meaningless)."""
+    import emulator
+    from emulator.collectives.nccl import NAMES
+
+    if algorithm != "nccl" or predictor != "simulate":
+        return algorithm, None
+    plan = emulator.nccl_plan(G, op, int(nbytes))
+    name = next(k for k, v in NAMES.items() if v == plan.algorithm)
+    return name, plan.protocol
 
 
 @dataclass(frozen=True)
@@ -276,7 +321,7 @@ def calibrate(trace: MeasuredTrace, G: nx.Graph, *, fit_sizes=None, ops=None,
     >>> t = import_nccl_tests("tests/emulator/data/nccl_tests/b200_1node_allreduce.log")
     >>> cal = calibrate(t, topologies.from_spec("hgx_b200"), fit_sizes=[1 << 30, 1 << 34])
     >>> sorted(cal.fitted["nvswitch"]), sorted(cal.kept["pcie"])
-    (['bandwidth'], ['bandwidth', 'latency'])
+    (['bandwidth', 'latency'], ['bandwidth', 'latency'])
     """
     import topologies
 
@@ -299,46 +344,62 @@ def calibrate(trace: MeasuredTrace, G: nx.Graph, *, fit_sizes=None, ops=None,
     def scales_of(theta):
         return {k: (float(theta[2 * i]), float(theta[2 * i + 1])) for i, k in enumerate(classes)}
 
+    pinned = [_pinned(G, c.op, a, c.bytes, predictor) for c, a in zip(points, algos)]
+
     def times(theta):
         H = scale_links(G, scales_of(theta))
-        return np.array([predict(H, c.op, a, c.bytes, predictor) for c, a in zip(points, algos)])
+        return np.array([predict(H, c.op, a, c.bytes, predictor, proto)
+                         for c, (a, proto) in zip(points, pinned)])
 
-    from scipy.optimize import nnls
+    def misfit(t):
+        return float(np.sum(((t - measured) / measured) ** 2))
 
     theta = np.ones(n)
-    # Latency scales stop at MIN_LATENCY_S on the class's mean link.
-    floor = np.zeros(n)
+    # Lower bounds: a latency of MIN_LATENCY_S on the class's mean link; a bandwidth at most
+    # MAX_SPEEDUP times the topology's own figure.
+    floor = np.full(n, 1.0 / MAX_SPEEDUP)
     for i, k in enumerate(classes):
         floor[2 * i] = MIN_LATENCY_S / max(means[k][0], MIN_LATENCY_S)
-    free = np.zeros(n, dtype=bool)
+    free = np.ones(n, dtype=bool)
+    routes = _routes(G)
     base = times(theta)
+    lam = 0.0
     iterations = 0
     for iterations in range(1, max_iterations + 1):
-        J = np.empty((len(points), n))
-        for j in range(n):
+        J = np.zeros((len(points), n))
+        for j in np.flatnonzero(free):
             step = theta.copy()
-            h = max(theta[j], 1e-6) * 1e-3
+            h = max(theta[j], 1e-6) * FD_STEP
             step[j] += h
             J[:, j] = (times(step) - base) / h
-        # Relative sensitivities: a relative change of scale j moves prediction i by A[i, j].
-        A = J * theta[None, :] / measured[:, None]
-        free = _determined(A, len(points))
+        if iterations == 1:
+            # What the data determine is decided once, at the topology's own figures: the
+            # relative change of prediction i per relative change of scale j.
+            free = _determined(J / measured[:, None], len(points))
         if not free.any():
             break
         Af = J[:, free] / measured[:, None]
-        rhs = (measured - base) / measured + Af @ theta[free]
-        col = np.maximum(np.abs(Af).max(axis=0), 1e-300)
-        sol, _ = nnls(Af / col, rhs)
-        new = theta.copy()
-        new[free] = np.maximum(sol / col, floor[free])
-        # An inverse bandwidth at 0 would be infinite bandwidth: keep the figure instead.
-        for j in np.flatnonzero(free):
-            if j % 2 == 1 and not sol[list(np.flatnonzero(free)).index(j)] > 0:
-                new[j] = theta[j]
-                free[j] = False
+        r = (measured - base) / measured
+        M, g = Af.T @ Af, Af.T @ r
+        # Gauss-Newton first (exact where the model is linear); Levenberg-Marquardt damping
+        # (Marquardt 1963) when a step would change a route or raise the misfit, as the
+        # model is only piecewise smooth (NCCL's per-step latencies, max-min shares).
+        trial = None
+        for _ in range(MAX_TRIES):
+            delta = np.linalg.lstsq(M + lam * np.diag(np.diag(M)), g, rcond=None)[0]
+            new = theta.copy()
+            new[free] = np.maximum(theta[free] + delta, floor[free])
+            if _routes(scale_links(G, scales_of(new))) == routes:
+                trial = times(new)
+                if misfit(trial) < misfit(base):
+                    break
+            trial = None
+            lam = max(lam * 10.0, 1e-3)
+        if trial is None:
+            break
+        lam = lam / 10.0 if lam > 1e-6 else 0.0
         change = float(np.max(np.abs(new - theta) / np.maximum(np.abs(theta), 1e-30)))
-        theta = new
-        base = times(theta)
+        theta, base = new, trial
         if change < tol:
             break
     scales = scales_of(theta)
@@ -346,7 +407,7 @@ def calibrate(trace: MeasuredTrace, G: nx.Graph, *, fit_sizes=None, ops=None,
     fitted, kept = {}, {}
     for i, k in enumerate(classes):
         for j, what in ((2 * i, "latency"), (2 * i + 1, "bandwidth")):
-            (fitted if free[j] else kept).setdefault(k, []).append(what)
+            (fitted if free[j] and theta[j] != 1.0 else kept).setdefault(k, []).append(what)
     return Calibration(links=links, fitted_on=tuple((c.op, c.bytes) for c in points),
                        fit_rel_errors=tuple(float(x) for x in (base - measured) / measured),
                        iterations=iterations, predictor=predictor, scales=scales,
@@ -354,19 +415,57 @@ def calibrate(trace: MeasuredTrace, G: nx.Graph, *, fit_sizes=None, ops=None,
                        kept={k: tuple(v) for k, v in kept.items()})
 
 
-def _determined(A: np.ndarray, n_points: int) -> np.ndarray:
-    """Columns of the relative Jacobian ``A`` the points determine: QR with column pivoting,
-    pivots of at least :data:`DETERMINED` of the largest, at most one per point."""
-    from scipy.linalg import qr
+def _routes(G: nx.Graph) -> tuple:
+    """The link classes (in order) of the shortest-latency route between each of the first
+    :data:`MAX_ROUTE_PAIRS` GPU/NIC pairs that carry collective traffic: what a calibration must not change (a route may
+    still move between equal links, an ECMP tie broken the other way)."""
+    import itertools
 
+    import topologies
+
+    ends = [n for n, d in G.nodes(data=True) if d.get("kind") in ("gpu", "nic")]
+    router = topologies.Router(G)
+
+    def carries(a, b) -> bool:
+        # Collectives move data GPU to GPU, GPU to a NIC of its own host, NIC to a NIC of
+        # another host; a NIC-to-NIC route inside a host carries nothing.
+        ka, kb = G.nodes[a].get("kind"), G.nodes[b].get("kind")
+        ha, hb = G.nodes[a].get("host"), G.nodes[b].get("host")
+        if ka == kb == "gpu" or ha is None or hb is None:
+            return True
+        return (ha == hb) == (ka != kb)
+
+    pairs = itertools.islice(((a, b) for a, b in itertools.combinations(ends, 2)
+                              if carries(a, b)), MAX_ROUTE_PAIRS)
+    out = []
+    for a, b in pairs:
+        path = router.path(a, b)
+        out.append(tuple(G.edges[u, v].get("link") or DEFAULT_CLASS
+                         for u, v in zip(path, path[1:])))
+    return tuple(out)
+
+
+def _determined(A: np.ndarray, n_points: int) -> np.ndarray:
+    """Columns of the relative Jacobian ``A`` the points determine.
+
+    Largest effect first (column pivoting, Golub & Van Loan section 5.4.1), a column is taken
+    when a 100-fold change of its scale moves the predictions by at least 1 % (norm at least
+    :data:`NEGLIGIBLE`) and its direction is at least :data:`INDEPENDENT` away from the span
+    of the columns taken before it (Gram-Schmidt on unit columns): a small figure that the
+    data still resolve (1 us of latency where the truth is 30 us) counts, a combination the
+    points cannot tell apart does not. At most one column per point.
+    """
+    norms = np.linalg.norm(A, axis=0)
     free = np.zeros(A.shape[1], dtype=bool)
-    if not np.any(A):
-        return free
-    _, R, piv = qr(A, pivoting=True, mode="economic")
-    diag = np.abs(np.diag(R))
-    top = diag[0] if len(diag) else 0.0
-    for r, j in enumerate(piv[:len(diag)]):
-        if r >= n_points or not diag[r] >= DETERMINED * top:
+    basis: list = []
+    for j in np.argsort(-norms, kind="stable"):
+        if len(basis) >= n_points or not norms[j] >= NEGLIGIBLE:
             break
-        free[j] = True
+        v = A[:, j] / norms[j]
+        for q in basis:
+            v = v - (q @ v) * q
+        r = float(np.linalg.norm(v))
+        if r >= INDEPENDENT:
+            basis.append(v / r)
+            free[j] = True
     return free

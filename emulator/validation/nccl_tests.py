@@ -122,8 +122,18 @@ def import_nccl_tests(path: str | os.PathLike, *, op: str | None = None,
     world_size : int, optional
         Number of ranks; default the number of ``#  Rank`` lines.
     topology : str, optional
-        A topology spec describing the cluster, kept in the environment for ``compare``.
+        A topology spec describing the cluster, kept in the environment for ``compare``;
+        default the log's ``# qsgd-emu: topology=`` note, else :func:`infer_topology`.
+        ``environment["topology_from"]`` says which (``"argument"``, ``"annotation"`` or
+        ``"devices"``).
+
+    Examples
+    --------
+    >>> t = import_nccl_tests("tests/emulator/data/nccl_tests/h100_oci_2node_allreduce.log")
+    >>> t.environment["topology"], t.environment["topology_from"], t.world_size
+    ('cluster:bm_gpu_h100x2', 'annotation', 16)
     """
+    source = "argument" if topology else None
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -142,11 +152,15 @@ def import_nccl_tests(path: str | os.PathLike, *, op: str | None = None,
             except ValueError:
                 raise TraceError(f"{name}: '# qsgd-emu: world_size={note['world_size']}' is not "
                                  f"an integer") from None
-        topology = topology or note.get("topology")
+        if not topology and note.get("topology"):
+            topology, source = note["topology"], "annotation"
         trace = parse_nccl_tests_text(text, op=op, world_size=world_size, source_name=name)
-    topology = topology or infer_topology(trace.environment)
+    if not topology:
+        topology = infer_topology(trace.environment)
+        source = "devices" if topology else None
     if topology:
         trace.environment["topology"] = topology
+        trace.environment["topology_from"] = source
     return trace
 
 

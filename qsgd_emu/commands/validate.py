@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--fit-sizes", default=None,
                        help="comma list of sizes to fit on (default smallest and largest)")
         p.add_argument("--ops", default=None, help="comma list of ops to fit on (default all)")
-        p.add_argument("--algorithm", default=None, help="algorithm run (default each point's: ring)")
+        p.add_argument("--algorithm", default=None, help="algorithm run (default each point's: ring for gloo traces, nccl for nccl-tests logs)")
         p.add_argument("--predictor", default="simulate", choices=("simulate", "closed_form"))
         p.add_argument("--out", default=None, help="write the calibration / report JSON here")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
@@ -215,6 +215,14 @@ def _import(args) -> int:
                           "environment": trace.environment}))
     else:
         print(f"wrote {args.out}: {len(trace.collectives)} points, world size {trace.world_size}")
+        env = trace.environment
+        why = {"argument": "--topology", "annotation": "the log's '# qsgd-emu:' note",
+               "devices": f"{len(env.get('hosts') or [])} host(s) of "
+                          f"{(env.get('devices') or ['?'])[0]}"}
+        if env.get("topology"):
+            print(f"topology {env['topology']} (from {why.get(env.get('topology_from'), '?')})")
+        else:
+            print("topology unknown (devices not recognised): pass --topology to compare")
     return 0
 
 
