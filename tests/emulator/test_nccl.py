@@ -281,3 +281,15 @@ def test_constants_are_ncclss():
     assert C.nvlink_efficiency(100) == pytest.approx(40.1 / 50)
     assert C.arch_of(70) == "volta" and C.arch_of(100) == "blackwell"
     assert C.HOP_LATENCY["net"]["Ring"]["Simple"] == pytest.approx(14e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fabric", sorted(topologies.FABRICS))
+@pytest.mark.parametrize("name", sorted(topologies.PRESETS))
+def test_every_preset_runs_in_every_fabric(name, fabric):
+    G = graph(f"cluster:{name}x3,fabric={fabric}")
+    p = len(topologies.gpus(G))
+    system = NcclSystem.of(G, range(p))
+    plan = nccl.plan(G, "allreduce", 64 << 20, system=system)
+    assert plan.channels == len(system.nics[0]) and plan.predicted_s > 0
+    assert all(sorted(rg.order) == list(range(p)) for rg in channel_rings(system))
