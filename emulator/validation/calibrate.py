@@ -43,9 +43,9 @@ __all__ = ["Calibration", "calibrate", "PREDICTORS", "predict", "link_classes", 
 
 DEFAULT_CLASS = "default"
 
-#: Smallest latency a fit returns (s). NNLS puts a latency the data cannot resolve (shaped
-#: links where 1 MiB already takes milliseconds) at exactly 0, which no topology accepts
-#: (validate_topology wants latency > 0); 1 ns is far below any real link's latency.
+#: Smallest latency a fit returns (s). Least squares may push a latency the data barely
+#: resolve (shaped links where 1 MiB already takes milliseconds) to 0 or below, which no
+#: topology accepts (validate_topology wants latency > 0); 1 ns is far below any real link's.
 MIN_LATENCY_S = 1e-9
 
 #: Relative step of the finite differences: a secant over 5 % rather than a tangent, since
@@ -417,8 +417,9 @@ def calibrate(trace: MeasuredTrace, G: nx.Graph, *, fit_sizes=None, ops=None,
 
 def _routes(G: nx.Graph) -> tuple:
     """The link classes (in order) of the shortest-latency route between each of the first
-    :data:`MAX_ROUTE_PAIRS` GPU/NIC pairs that carry collective traffic: what a calibration must not change (a route may
-    still move between equal links, an ECMP tie broken the other way)."""
+    :data:`MAX_ROUTE_PAIRS` GPU/NIC pairs that carry collective traffic: what a calibration
+    must not change (a route may still move between equal links, an ECMP tie broken the
+    other way)."""
     import itertools
 
     import topologies
