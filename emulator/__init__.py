@@ -13,7 +13,9 @@ torch is imported only by the functions that read a :class:`qsgd.PayloadTrace`.
 606.0
 """
 from .closed_form import closed_form
-from .collectives import ALGORITHMS, Route, Schedule, Transfer, build_schedule, busbw_factor
+from .collectives import (ALGORITHMS, NCCL_ALGORITHMS, Route, Schedule, Transfer, build_schedule,
+                          busbw_factor)
+from .collectives.nccl import NcclSystem, Plan as NcclPlan, plan as nccl_plan
 from .compute import DEVICES, ComputeModel
 from .engine import run_collective, simulate
 from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError, SimulationError,
@@ -33,7 +35,8 @@ from .validation import (CollectivePoint, MeasuredTrace, TrainingPoint, Validati
 __all__ = [
     "EmulatorError", "ConfigError", "ScheduleError", "SimulationError", "TraceError",
     "CalibrationError",
-    "Route", "Transfer", "Schedule", "ALGORITHMS", "build_schedule", "busbw_factor", "closed_form",
+    "Route", "Transfer", "Schedule", "ALGORITHMS", "NCCL_ALGORITHMS", "build_schedule",
+    "busbw_factor", "closed_form", "nccl_plan", "NcclPlan", "NcclSystem",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep",
     "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "Prediction", "TRANSPORTS",

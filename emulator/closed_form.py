@@ -248,7 +248,9 @@ def _hierarchical(a: _Args) -> float:
     return float(max(rs_to[r] + rail[int(s)] + ag_from[r] for r, s in enumerate(seg)))
 
 
-#: (op, algorithm) -> model(_Args) -> seconds; the keys are those of collectives.ALGORITHMS.
+#: (op, algorithm) -> model(_Args) -> seconds; the keys are those of
+#: collectives.TEXTBOOK_ALGORITHMS (the NCCL family's closed forms need the graph:
+#: emulator.collectives.nccl.cost).
 MODELS: dict[tuple[str, str], Callable[[_Args], float]] = {
     ("allreduce", "ring"): _ring_allreduce,
     ("allreduce", "tree"): _double_tree,
@@ -333,6 +335,9 @@ def closed_form(op: str, algorithm: str, p: int, nbytes: int, alpha: float, beta
     (14.014, 14.014)
     """
     if (op, algorithm) not in MODELS:
+        if algorithm.startswith("nccl"):
+            raise ConfigError(f"algorithm={algorithm!r} is an NCCL algorithm: its closed form "
+                              f"needs the topology (emulator.collectives.nccl.plan)")
         if op not in OPS:
             raise ConfigError(f"op={op!r} is not known; known ops: {list(OPS)}")
         algos = sorted(al for o, al in ALGORITHMS if o == op)

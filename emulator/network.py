@@ -2,16 +2,25 @@
 
 A training iteration sends many buckets of a few distinct sizes; :class:`Network` builds each
 distinct collective's schedule once, simulates it on the graph (:func:`emulator.simulate`)
-and keeps its time and the bytes each GPU sent.
+and keeps its time and the payload bytes each GPU sent.
+
+The default model is NCCL's (``algorithm="nccl"``): each collective runs as NCCL would run it
+on the graph (channels over NVLinks and rail-aligned NICs, NCCL's choice of algorithm and
+protocol for the size, :mod:`emulator.collectives.nccl`), and the QSGD transports move their
+payloads on the same channels (``nccl_qsgd_*``). A textbook algorithm name (``"ring"``,
+``"tree"``, ...) gives the textbook model instead, for every collective of the iteration.
 """
 from __future__ import annotations
 
-from emulator.collectives import ALGORITHMS, build_schedule
+from emulator.collectives import ALGORITHMS, NCCL_ALGORITHMS, build_schedule
 from emulator.engine import simulate
 from emulator.errors import ConfigError
 from ._checks import is_int
 
-__all__ = ["Network"]
+__all__ = ["Network", "DEFAULT_ALGORITHM"]
+
+#: The model replay, studies and the demo use unless told otherwise.
+DEFAULT_ALGORITHM = "nccl"
 
 
 class Network:
@@ -24,10 +33,20 @@ class Network:
     world_size : int or None
         GPUs taking part (the first ``world_size`` ranks); None: all GPUs of ``G``.
     algorithm : str
-        The emulator's allreduce algorithm for fp32/fp16 ("ring", "tree", ...).
+        The allreduce of fp32/fp16 buckets: ``"nccl"`` (NCCL's model, the default), an NCCL
+        algorithm (``"nccl_ring"``, ...) or a textbook one (``"ring"``, ``"tree"``, ...).
+        With an NCCL algorithm the compressed transports run on NCCL's channels too.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> net = Network(topologies.from_spec("dgx_a100"))
+    >>> s, sent = net.collective("allreduce", net.algorithm, 64 << 20)
+    >>> round(64 * 2**20 * 2 * 7 / 8 / s / 1e9)      # busbw, GB/s
+    227
     """
 
-    def __init__(self, G, world_size: int | None = None, algorithm: str = "ring"):
+    def __init__(self, G, world_size: int | None = None, algorithm: str = DEFAULT_ALGORITHM):
         import topologies
 
         n = len(topologies.gpus(G))
@@ -38,21 +57,44 @@ class Network:
                               f"got {world_size!r}")
         if not isinstance(algorithm, str) or not algorithm:
             raise ConfigError(f"algorithm must be a non-empty string, got {algorithm!r}")
+        if ("allreduce", algorithm) not in ALGORITHMS:
+            known = sorted(a for o, a in ALGORITHMS if o == "allreduce" and not a.startswith(
+                ("qsgd", "nccl_qsgd")))
+            raise ConfigError(f"algorithm={algorithm!r} is not an allreduce algorithm; known: "
+                              f"{', '.join(known)}")
         self.G, self.world_size, self.algorithm = G, world_size, algorithm
         self.name = str(G.graph.get("name", "custom"))
         self._cache: dict = {}
 
+    @property
+    def nccl(self) -> bool:
+        """Whether collectives run as NCCL runs them."""
+        return ("allreduce", self.algorithm) in NCCL_ALGORITHMS
+
+    def resolve(self, op: str, algorithm: str) -> str:
+        """The algorithm that runs ``algorithm`` under this network's model: with NCCL, the
+        QSGD transports move on NCCL's channels (``qsgd_allgather`` -> ``nccl_qsgd_allgather``)."""
+        if self.nccl and algorithm.startswith("qsgd_") and (op, "nccl_" + algorithm) in ALGORITHMS:
+            return "nccl_" + algorithm
+        return algorithm
+
     def collective(self, op: str, algorithm: str, nbytes: int, payload_bytes=None) -> tuple[float, float]:
-        """``(seconds, mean bytes sent per GPU)`` of one collective (0, 0 on one rank)."""
+        """``(seconds, mean payload bytes sent per GPU)`` of one collective (0, 0 on one rank).
+
+        The bytes count what the collective moves for the application: NCCL's protocol flags
+        and the share of a link NCCL cannot use are in the seconds, not in the bytes.
+        """
         if self.world_size == 1 or nbytes == 0:
             return 0.0, 0.0
+        algorithm = self.resolve(op, algorithm)
         key = (op, algorithm, int(nbytes), None if payload_bytes is None else tuple(payload_bytes))
         hit = self._cache.get(key)
         if hit is None:
             sched = build_schedule(op, algorithm, list(range(self.world_size)), int(nbytes),
                                    graph=self.G, payload_bytes=payload_bytes)
             res = simulate(self.G, sched)
-            hit = self._cache[key] = (float(res.time_s), float(sched.total_bytes) / self.world_size)
+            sent = sched.detail.get("payload_bytes", sched.total_bytes)
+            hit = self._cache[key] = (float(res.time_s), float(sent) / self.world_size)
         return hit
 
     def op_of(self, algorithm: str) -> str:

@@ -36,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
-from emulator.network import Network
+from emulator.network import DEFAULT_ALGORITHM, Network
 
 from ._checks import is_int
 
@@ -232,7 +232,7 @@ def _collective_s(net: Network, c) -> tuple[float, float]:
 
 
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
-           compute: ComputeModel | None = None, algorithm: str = "ring", bits: int | None = None,
+           compute: ComputeModel | None = None, algorithm: str = DEFAULT_ALGORITHM, bits: int | None = None,
            network: Network | None = None) -> Prediction:
     """Predict one training iteration of ``trace``'s model on topology ``G``.
 

@@ -16,7 +16,7 @@ from typing import Callable
 
 from emulator.compute import DEVICES, ComputeModel
 from emulator.errors import ConfigError
-from emulator.network import Network
+from emulator.network import DEFAULT_ALGORITHM, Network
 from emulator.replaying import TRANSPORTS, replay
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
 from ._checks import is_int, is_number
@@ -57,7 +57,7 @@ class StudyConfig:
     transports: tuple = tuple(TRANSPORTS)
     topologies: tuple = ("cluster:dgx_a100x{N}",)
     device: str = "measured"
-    algorithm: str = "ring"
+    algorithm: str = DEFAULT_ALGORITHM
     compute: ComputeModel | None = field(default=None)
 
     def __post_init__(self):

@@ -139,7 +139,8 @@ def _resolve_ranks(G, ranks) -> tuple:
 
 
 def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, factor=2,
-               ranks=None, chunks: int = 1, dtype: str = "float32", faults=()) -> list[dict]:
+               ranks=None, chunks: int = 1, dtype: str = "float32", faults=(), protocol=None,
+               channels=None) -> list[dict]:
     """Simulate ``op`` by ``algorithm`` at every size of a nccl-tests sweep.
 
     Parameters
@@ -160,13 +161,16 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
         Element type: a key of :data:`DTYPES` or a nccl-tests name (``"float"``).
     faults : sequence of Fault
         What-ifs applied to every size (:func:`emulator.simulate`).
+    protocol, channels : optional
+        NCCL algorithms only (see :func:`emulator.build_schedule`).
 
     Returns
     -------
     list of dict
         One row per size, in increasing order, with ``op``, ``algorithm``, ``nranks``,
         ``size`` (bytes), ``count`` (elements), ``type``, ``redop``, ``time_s``, ``time_us``,
-        ``algbw`` and ``busbw`` (bytes/s), ``flows``, ``events`` and ``peak_utilization``.
+        ``algbw`` and ``busbw`` (bytes/s), ``flows``, ``events`` and ``peak_utilization``;
+        NCCL algorithms add ``nccl``: the algorithm, protocol and channels chosen.
 
     Raises
     ------
@@ -207,7 +211,8 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
         size, count = nccl_size(requested, op, p, itemsize)
         if size == 0:
             continue
-        sched = build_schedule(op, algorithm, order, size, chunks=chunks, graph=G)
+        sched = build_schedule(op, algorithm, order, size, chunks=chunks, graph=G,
+                               protocol=protocol, channels=channels)
         res = simulate(G, sched, faults=faults)
         t = res.time_s
         algbw = size / t if t > 0 else math.inf
@@ -216,6 +221,9 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
                      "time_us": t * 1e6, "algbw": algbw, "busbw": algbw * bus,
                      "flows": res.flows, "events": res.events,
                      "peak_utilization": res.peak_utilization})
+        if "nccl" in sched.detail:
+            d = sched.detail["nccl"]
+            rows[-1]["nccl"] = {k: d[k] for k in ("algorithm", "protocol", "channels")}
     if not rows:
         raise ConfigError(f"max_bytes={max_bytes!r} is too small: no size of the sweep holds one "
                           f"{type_name} element ({itemsize} B) per rank on {p} ranks")

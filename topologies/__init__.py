@@ -18,7 +18,8 @@ from .fat_tree import fat_tree
 from .generic import fully_connected, ring, switch
 from .io import load, save
 from .leaf_spine import leaf_spine
-from .machines import PRESETS, dgx1_v100, dgx_a100, dgx_h100, p2_16xlarge, pcie_box
+from .machines import (PRESETS, a3_mega, bm_gpu_h100, dgx1_v100, dgx_a100, dgx_h100, hgx_b200,
+                       hgx_h200, nd_h100_v5, p2_16xlarge, p4d, p4de, p5, pcie_box)
 from .routing import Router
 from .spec import FAMILIES, from_spec, parse_spec
 from .summary import bisection_bandwidth, diameter, summary
@@ -30,7 +31,8 @@ __all__ = [
     "TopologyError", "SpecError", "ValidationError", "RoutingError",
     "parse_bytes", "parse_bandwidth", "parse_time",
     "ring", "fully_connected", "switch", "torus", "fat_tree", "leaf_spine", "dragonfly",
-    "dgx1_v100", "dgx_a100", "dgx_h100", "pcie_box", "p2_16xlarge", "PRESETS",
+    "dgx1_v100", "dgx_a100", "dgx_h100", "hgx_h200", "hgx_b200", "pcie_box", "p2_16xlarge",
+    "p4d", "p4de", "p5", "a3_mega", "bm_gpu_h100", "nd_h100_v5", "PRESETS",
     "cluster", "FABRICS", "from_spec", "parse_spec", "FAMILIES",
     "validate_topology", "gpus", "Router", "load", "save", "summary", "bisection_bandwidth",
     "diameter",

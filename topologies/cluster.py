@@ -125,7 +125,12 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
     latency = check_positive(fam, "latency", latency)
     if isinstance(node, str):
         if node not in PRESETS:
-            raise SpecError(f"{fam}: node={node!r} is not a preset (known: {', '.join(PRESETS)})")
+            import difflib
+
+            close = difflib.get_close_matches(node, list(PRESETS), n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise SpecError(f"{fam}: node={node!r} is not a preset{hint}; known: "
+                            f"{', '.join(PRESETS)}")
         machine, label = PRESETS[node](), node
     elif isinstance(node, nx.Graph):
         machine, label = node, str(node.graph.get("name", "machine"))

@@ -7,6 +7,7 @@ and parameters; errors name the part of the spec that was not understood.
 """
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from .errors import SpecError
 from .fat_tree import fat_tree
 from .generic import fully_connected, ring, switch
 from .leaf_spine import leaf_spine
-from .machines import PRESETS, dgx1_v100, dgx_a100, dgx_h100, p2_16xlarge, pcie_box
+from .machines import PRESETS, pcie_box
 from .torus import torus
 from .units import parse_bandwidth, parse_time
 from .validate import validate_topology
@@ -107,10 +108,6 @@ FAMILIES: dict[str, Family] = {
         "global_bw": ("global_bandwidth", parse_bandwidth),
         "global_lat": ("global_latency", parse_time), **_COMMON,
     }, ("groups",), "dragonfly:groups=9,routers=4,hosts=2,global_links=2"),
-    "dgx1_v100": Family(dgx1_v100, help="dgx1_v100"),
-    "dgx_a100": Family(dgx_a100, help="dgx_a100"),
-    "dgx_h100": Family(dgx_h100, help="dgx_h100"),
-    "p2_16xlarge": Family(p2_16xlarge, help="p2_16xlarge"),
     "pcie_box": Family(pcie_box, {
         "gpus": ("gpus", _int), "gpus_per_switch": ("gpus_per_switch", _int),
         "gen": ("pcie_gen", _int), "pcie_gen": ("pcie_gen", _int),
@@ -125,7 +122,16 @@ FAMILIES: dict[str, Family] = {
         "k": ("k", _int), "nodes_per_unit": ("nodes_per_unit", _int),
     }, ("machines",), "cluster:dgx_a100x4,fabric=leaf_spine"),
 }
+# Every other preset takes no parameter: the spec is its name.
+FAMILIES.update({name: Family(build, help=name) for name, build in PRESETS.items()
+                 if name not in FAMILIES})
 assert set(PRESETS) <= set(FAMILIES)
+
+
+def did_you_mean(name: str, known) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``known`` to a mistyped ``name``, or ''."""
+    close = difflib.get_close_matches(str(name), list(known), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 assert set(FABRICS) == {"leaf_spine", "fat_tree", "rail"}
 
 
@@ -144,8 +150,8 @@ def parse_spec(spec: str) -> tuple[str, dict]:
     name = name.strip()
     fam = FAMILIES.get(name)
     if fam is None:
-        raise SpecError(f"spec {spec!r}: family {name!r} is not known "
-                        f"(known: {', '.join(FAMILIES)})")
+        raise SpecError(f"spec {spec!r}: family {name!r} is not known"
+                        f"{did_you_mean(name, FAMILIES)}; known: {', '.join(FAMILIES)}")
     kwargs: dict = {}
     positional = list(fam.positional)
     items = [s.strip() for s in rest.split(",")] if rest.strip() else []

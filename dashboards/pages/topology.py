@@ -96,7 +96,7 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             field("collective", dcc.Dropdown(id="topology-op", options=list(OPS), value=op,
                                              clearable=False)),
             field("algorithm", dcc.Dropdown(id="topology-algorithm",
-                                            value=q.get("algorithm", "ring"), clearable=False)),
+                                            value=q.get("algorithm", "nccl"), clearable=False)),
             field("bytes", dcc.Input(id="topology-bytes", type="text", debounce=True,
                                      value=q.get("bytes", "64MB"))),
             html.Button("Simulate", id="topology-run", n_clicks=0),

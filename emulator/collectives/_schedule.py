@@ -141,11 +141,14 @@ class Schedule:
     src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids, route : numpy.ndarray
         Read-only struct-of-arrays view; ``tags[tag_code[i]]`` is transfer ``i``'s tag and
         ``routes[route[i]]`` its route.
+    detail : dict
+        What the builder chose (NCCL algorithms: algorithm, protocol, channels, payload
+        bytes); empty for the textbook algorithms.
     """
 
     __slots__ = ("src", "dst", "size", "compute_s", "dep_ptr", "dep_idx", "tag_code", "tags",
                  "ids", "route", "routes", "ranks", "op", "algorithm", "nbytes", "chunks",
-                 "_transfers")
+                 "detail", "_transfers")
 
     def __init__(self, transfers: Sequence[Transfer], ranks, op: str, algorithm: str,
                  nbytes: int, *, chunks: int = 1, routes: Sequence[Route] = (DEFAULT_ROUTE,)):
@@ -263,13 +266,18 @@ class Schedule:
         for name, value in (("src", src), ("dst", dst), ("size", size), ("compute_s", compute_s),
                             ("dep_ptr", dep_ptr), ("dep_idx", dep_idx), ("tag_code", tag_code),
                             ("tags", tags), ("ids", ids), ("route", route), ("routes", routes),
-                            ("ranks", ranks), ("op", str(op)),
+                            ("ranks", ranks), ("op", str(op)), ("detail", {}),
                             ("algorithm", str(algorithm)), ("nbytes", int(nbytes)),
                             ("chunks", int(chunks))):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Schedule is immutable (cannot set {name!r})")
+
+    def annotate(self, **detail) -> "Schedule":
+        """Record what the builder chose in :attr:`detail` (builders only); returns self."""
+        object.__setattr__(self, "detail", {**self.detail, **detail})
+        return self
 
     def __len__(self) -> int:
         return len(self.src)

@@ -27,7 +27,8 @@ def segment_chunks(nbytes: int, p: int, chunks: int) -> np.ndarray:
 
 
 def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: int, tag,
-              first_deps=None) -> np.ndarray:
+              first_deps=None, *, route=None, scale=None, hop_compute=None,
+              start_compute=0.0, ordered: bool = True) -> np.ndarray:
     """Add ``steps`` ring steps; returns ids shaped (steps, p, chunks).
 
     Parameters
@@ -42,6 +43,21 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
         The phase label, or labels with their step counts (summing to ``steps``).
     first_deps : list of ndarray (p,), optional
         Extra dependencies of each position's first transfer (-1 for none).
+    route : ndarray (p,) of int, optional
+        Route id (:meth:`Builder.route`) of the hop from position r to r+1; default route 0.
+    scale : ndarray (p,) of float, optional
+        Wire bytes per payload byte on the hop from position r (a protocol's flags, a link's
+        unusable share); transfers carry ceil(bytes * scale).
+    hop_compute : ndarray (p,) of float, optional
+        Seconds before the first chunk of every step on the hop from position r (a protocol's
+        per-step latency beyond the path's own).
+    start_compute : float
+        Extra seconds before each position's very first transfer (a launch latency).
+    ordered : bool
+        Whether a connection sends one message at a time (each waits for the previous one to
+        arrive). False lets a connection have several in flight, as NCCL's 8 buffer slots per
+        connection do: a message then waits for its data only, the path's latency overlaps
+        the next message, and messages that meet on a link share it.
     """
     order = np.asarray(order, dtype=np.int64)
     p = len(order)
@@ -58,7 +74,18 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     r = np.arange(p, dtype=np.int64)[None, :, None]
     i = np.arange(c, dtype=np.int64)[None, None, :]
     seg = (r - k + offset) % p
-    nbytes = chunk_bytes[seg, i].reshape(-1)
+    nbytes = chunk_bytes[seg, i]
+    if scale is not None:
+        nbytes = np.ceil(nbytes * np.asarray(scale, dtype=float)[None, :, None]).astype(np.int64)
+    nbytes = np.broadcast_to(nbytes, ids.shape).reshape(-1)
+    compute = 0.0
+    if hop_compute is not None or start_compute:
+        hc = np.zeros(p) if hop_compute is None else np.asarray(hop_compute, dtype=float)
+        compute = (np.where(i == 0, hc[None, :, None], 0.0)
+                   + np.where((k == 0) & (i == 0), float(start_compute), 0.0))
+        compute = np.broadcast_to(compute, ids.shape).reshape(-1)
+    hop_route = 0 if route is None else np.broadcast_to(
+        np.asarray(route, dtype=np.int64)[None, :, None], ids.shape).reshape(-1)
     # data: the same chunk from the previous position at step k-1
     data = np.where(k > 0, base + ((k - 1) * p + (r - 1) % p) * c + i, -1)
     # connection: the previous chunk on this connection (chunk i-1, or step k-1's last chunk)
@@ -66,7 +93,7 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     first = ((k == 0) & (i == 0)) & np.ones((1, p, 1), dtype=bool)
     k, r = np.broadcast_to(k, ids.shape).reshape(-1), np.broadcast_to(r, ids.shape).reshape(-1)
     data, conn, first = data.reshape(-1), conn.reshape(-1), first.reshape(-1)
-    deps = [data, conn]
+    deps = [data, conn] if ordered else [data]
     for extra in first_deps or ():
         extra = np.asarray(extra, dtype=np.int64)
         deps.append(np.where(first, extra[r], -1))
@@ -74,7 +101,9 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     lo = 0
     for name, n in phases:
         sl = slice(lo * p * c, (lo + n) * p * c)
-        b.add(order[r[sl]], nxt[r[sl]], nbytes[sl], [d[sl] for d in deps], name)
+        b.add(order[r[sl]], nxt[r[sl]], nbytes[sl], [d[sl] for d in deps], name,
+              compute_s=compute if np.isscalar(compute) else compute[sl],
+              route=hop_route if np.isscalar(hop_route) else hop_route[sl])
         lo += n
     if lo != steps:
         raise AssertionError("ring_pass: phase steps do not sum to steps")

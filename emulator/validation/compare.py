@@ -142,7 +142,7 @@ def _topology(trace: MeasuredTrace, G, topology: str | None):
 def compare(trace: MeasuredTrace, G: nx.Graph | None = None, *, topology: str | None = None,
             calibration: Calibration | None = None, fit_sizes=None, fit_ops=None,
             per_op: bool = False, algorithm: str | None = None, predictor: str = "simulate",
-            min_bytes: int = 0) -> ValidationReport:
+            min_bytes: int = 0, uncalibrated: bool = False) -> ValidationReport:
     """Calibrate (unless given), predict every point, and score the held-out ones.
 
     Parameters
@@ -161,27 +161,28 @@ def compare(trace: MeasuredTrace, G: nx.Graph | None = None, *, topology: str | 
     min_bytes : int
         Score only held-out points of at least this many bytes (the summary; every point is
         still listed).
+    uncalibrated : bool
+        Predict with the topology's own figures (a preset's datasheet values), fitting nothing:
+        every point is held out. Excludes ``calibration``.
 
     Examples
     --------
-    Times the emulator itself gives on 4 hosts at 1 Gbit/s and 20 us: the calibration on the
-    smallest and largest size recovers the links, so the sizes between are predicted exactly.
-
-    >>> import emulator, topologies
-    >>> G = topologies.from_spec("switch:4,bw=1Gbit,lat=20us,link=ethernet")
-    >>> pts = [emulator.CollectivePoint("allreduce", n, emulator.run_collective(
-    ...     G, "allreduce", "ring", n).time_s, 4) for n in (2**16, 2**18, 2**20, 2**22)]
-    >>> trace = emulator.MeasuredTrace({"backend": "gloo", "world_size": 4, "source": "harness",
-    ...                                 "topology": "switch:4,link=ethernet"}, tuple(pts))
-    >>> report = emulator.compare(trace)
-    >>> report.summary["points"], report.summary["max_abs_rel_error"] < 1e-6
-    (2, True)
+    >>> from emulator.validation import import_nccl_tests
+    >>> t = import_nccl_tests("tests/emulator/data/nccl_tests/b200_1node_allreduce.log")
+    >>> r = compare(t, uncalibrated=True, min_bytes=1 << 30)
+    >>> r.topology, r.summary["points"], r.summary["median_abs_rel_error"] < 0.1
+    ('hgx_b200', 5, True)
     """
     G, spec = _topology(trace, G, topology)
     if not trace.collectives:
         raise TraceError("collectives: the trace has no collective points to compare")
     ops = sorted({c.op for c in trace.collectives})
     fits: dict = {}
+    if uncalibrated:
+        if calibration is not None:
+            raise TraceError("uncalibrated=True and a calibration exclude each other")
+        calibration = Calibration(links={}, fitted_on=(), predictor=predictor,
+                                  extra={"uncalibrated": True})
     if calibration is not None:
         fits = {op: calibration for op in ops}
     elif per_op:

@@ -13,7 +13,13 @@ Accepted inputs, as seen in the wild (NVIDIA/nccl-tests, src/util.cu and src/com
 
 The out-of-place time is used (``time`` in us; ``size`` in bytes; per-rank size for allreduce,
 the total for allgather and reduce-scatter, as in docs/formats.md). A line that does not parse
-raises :class:`emulator.TraceError` naming its line number.
+raises :class:`emulator.TraceError` naming its line number. The points name ``"nccl"`` as their
+algorithm: NCCL chose what it ran, as the emulator's NCCL model does.
+
+A comment line ``# qsgd-emu: op=allreduce world_size=16 topology=cluster:p5x2`` (the header of
+the published tables in tests/emulator/data/nccl_tests) supplies what a table copied from a web
+page lost. Without a topology, :func:`infer_topology` names the preset the ranks' device names
+and hosts point to (``NVIDIA H100 80GB HBM3`` on 2 hosts: ``cluster:dgx_h100x2``).
 """
 from __future__ import annotations
 
@@ -24,7 +30,8 @@ import re
 from ..errors import TraceError
 from .trace import CollectivePoint, MeasuredTrace
 
-__all__ = ["import_nccl_tests", "parse_nccl_tests_text", "parse_nccl_tests_json", "PROGRAMS"]
+__all__ = ["import_nccl_tests", "parse_nccl_tests_text", "parse_nccl_tests_json", "PROGRAMS",
+           "infer_topology", "DEVICE_PRESETS"]
 
 #: nccl-tests program name -> our op name.
 PROGRAMS = {
@@ -41,8 +48,62 @@ DTYPES = {
 }
 
 _LABEL = re.compile(r"^\s*(\d+):\s?(.*)$")
-_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+(\d+)\s+"
-                   r"\[[^\]]*\]\s*(.*)$")
+# "Group N" appears from nccl-tests 2.10 on; older logs go straight to "Pid".
+_RANK = re.compile(r"^#\s+Rank\s+(\d+)\s+(?:Group\s+\d+\s+)?Pid\s+\d+\s+on\s+(\S+)\s+device\s+"
+                   r"(\d+)\s+\[[^\]]*\]\s*(.*)$")
+_ANNOTATION = re.compile(r"^#\s*qsgd-emu:\s*(.*)$")
+
+#: Device name fragment (as nccl-tests prints it) -> the preset of the usual 8-GPU box, first
+#: match wins. A100 and H100 SXM name the NVIDIA DGX; other vendors' boxes of those GPUs share
+#: its links (the NICs may differ: pass --topology for a cloud instance, e.g. cluster:p5x2).
+DEVICE_PRESETS = (
+    ("B200", "hgx_b200"), ("H200", "hgx_h200"), ("H100 80GB HBM3", "dgx_h100"),
+    ("H100-SXM", "dgx_h100"), ("A100-SXM", "dgx_a100"), ("V100-SXM2", "dgx1_v100"),
+)
+
+
+def infer_topology(environment: dict) -> str | None:
+    """The topology spec the log's devices and hosts point to, or None if they do not.
+
+    Parameters
+    ----------
+    environment : dict
+        A MeasuredTrace environment with ``devices`` (one name per rank) and ``hosts``.
+
+    Returns
+    -------
+    str or None
+        A preset (one host) or ``cluster:PRESETxHOSTS``; None for unknown devices, mixed
+        devices, or ranks that do not fill whole 8-GPU machines.
+
+    Examples
+    --------
+    >>> infer_topology({"devices": ["NVIDIA H100 80GB HBM3"] * 16, "hosts": ["a", "b"]})
+    'cluster:dgx_h100x2'
+    """
+    devices = environment.get("devices") or []
+    hosts = environment.get("hosts") or []
+    names = {str(d) for d in devices}
+    if not devices or len(names) != 1 or not hosts:
+        return None
+    name = names.pop()
+    preset = next((p for frag, p in DEVICE_PRESETS if frag in name), None)
+    if preset is None or len(devices) != 8 * len(hosts):
+        return None
+    return preset if len(hosts) == 1 else f"cluster:{preset}x{len(hosts)}"
+
+
+def _annotation(text: str) -> dict:
+    """``key=value`` pairs of the ``# qsgd-emu:`` comment lines."""
+    out = {}
+    for line in text.splitlines():
+        m = _ANNOTATION.match(line.strip())
+        if m:
+            for item in m.group(1).split():
+                key, _, value = item.partition("=")
+                if value:
+                    out[key] = value
+    return out
 _PROGRAM = re.compile(r"#\s*Collective test (?:starting|concluded):\s*(\S+)")
 _VERSION = re.compile(r"#\s*nccl-tests version\s+(\S+).*?nccl-library=(\d+)")
 
@@ -61,7 +122,10 @@ def import_nccl_tests(path: str | os.PathLike, *, op: str | None = None,
     world_size : int, optional
         Number of ranks; default the number of ``#  Rank`` lines.
     topology : str, optional
-        A topology spec describing the cluster, kept in the environment for ``compare``.
+        A topology spec describing the cluster, kept in the environment for ``compare``;
+        default the log's ``# qsgd-emu: topology=`` note, else :func:`infer_topology`.
+        ``environment["topology_from"]`` says which (``"argument"``, ``"annotation"`` or
+        ``"devices"``).
 
     Examples
     --------
@@ -83,6 +147,7 @@ def import_nccl_tests(path: str | os.PathLike, *, op: str | None = None,
     >>> t.world_size, [(c.op, c.bytes, round(c.time_s * 1e6, 1)) for c in t.collectives]
     (2, [('allreduce', 1048576, 20.0), ('allreduce', 2097152, 30.0)])
     """
+    source = "argument" if topology else None
     try:
         with open(path, encoding="utf-8", errors="replace") as f:
             text = f.read()
@@ -92,9 +157,24 @@ def import_nccl_tests(path: str | os.PathLike, *, op: str | None = None,
     if text.lstrip().startswith("{"):
         trace = parse_nccl_tests_json(text, op=op, world_size=world_size, source_name=name)
     else:
+        note = _annotation(text)
+        if op is None and "op" in note:
+            op = note["op"]
+        if world_size is None and "world_size" in note:
+            try:
+                world_size = int(note["world_size"])
+            except ValueError:
+                raise TraceError(f"{name}: '# qsgd-emu: world_size={note['world_size']}' is not "
+                                 f"an integer") from None
+        if not topology and note.get("topology"):
+            topology, source = note["topology"], "annotation"
         trace = parse_nccl_tests_text(text, op=op, world_size=world_size, source_name=name)
+    if not topology:
+        topology = infer_topology(trace.environment)
+        source = "devices" if topology else None
     if topology:
         trace.environment["topology"] = topology
+        trace.environment["topology_from"] = source
     return trace
 
 
@@ -138,7 +218,8 @@ def _point(op, size, count, typ, time_us, world_size, where, extra) -> Collectiv
     if not time_us > 0:
         raise TraceError(f"{where}: out-of-place time {time_us!r} us must be > 0")
     return CollectivePoint.make(op, size, time_us * 1e-6, world_size, count=count,
-                                dtype=DTYPES.get(typ, typ), samples_s=(), extra=extra)
+                                dtype=DTYPES.get(typ, typ), samples_s=(), extra=extra,
+                                algorithm="nccl")
 
 
 def parse_nccl_tests_text(text: str, *, op=None, world_size=None, source_name="log") -> MeasuredTrace:

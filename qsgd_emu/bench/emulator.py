@@ -33,7 +33,8 @@ import time
 
 import simpy
 
-__all__ = ["fabric", "naive_simulate", "engine_run", "bench_case", "run_bench", "format_table"]
+__all__ = ["fabric", "naive_simulate", "engine_run", "bench_case", "run_bench", "format_table",
+           "nccl_case", "format_nccl_table"]
 
 SIZES = (64, 256, 1024, 4096, 8192)
 HOSTS_PER_LEAF = 32
@@ -270,6 +271,47 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+#: Machine of the NCCL-channel cases: DGX A100 nodes (8 GPUs, 8 HDR NICs) on the cluster's
+#: default fabric, so that NCCL's model runs 8 rail-aligned channels that share NVSwitch links.
+NCCL_NODE = "dgx_a100"
+
+
+def nccl_case(n_gpus: int, nbytes: int) -> dict:
+    """One NCCL-model row: allreduce as NCCL runs it on ``cluster:dgx_a100xN`` (``n_gpus / 8``
+    nodes): wall seconds to build the schedule and to simulate it, its flows and events, the
+    simulated seconds, and the closed form's seconds for the same choice."""
+    import emulator
+    import topologies
+
+    G = topologies.from_spec(f"cluster:{NCCL_NODE}x{n_gpus // 8}")
+    sched, build_s = _timed(lambda: emulator.build_schedule("allreduce", "nccl", n_gpus, nbytes,
+                                                            graph=G))
+    res, sim_s = _timed(emulator.simulate, G, sched)
+    plan = sched.detail["nccl"]
+    return {"gpus": n_gpus, "nbytes": nbytes, "chosen": f"{plan['algorithm']}/{plan['protocol']}",
+            "channels": plan["channels"], "flows": res.flows, "events": res.events,
+            "build_s": build_s, "simulate_s": sim_s, "time_s": res.time_s,
+            "closed_form_s": plan["predicted_s"],
+            "busbw": nbytes * 2 * (n_gpus - 1) / n_gpus / res.time_s}
+
+
+def format_nccl_table(rows: list[dict]) -> str:
+    """The NCCL rows as a text table."""
+    head = (f"{'GPUs':>5} {'chosen':>12} {'channels':>8} {'flows':>9} {'events':>9} "
+            f"{'build s':>8} {'simulate s':>10} {'sim us':>9} {'closed us':>9} {'busbw GB/s':>10}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{r['gpus']:>5} {r['chosen']:>12} {r['channels']:>8} {r['flows']:>9,} "
+                     f"{_fmt(r['events'], '9,'):>9} {r['build_s']:>8.2f} {r['simulate_s']:>10.2f} "
+                     f"{r['time_s'] * 1e6:>9.1f} {r['closed_form_s'] * 1e6:>9.1f} "
+                     f"{r['busbw'] / 1e9:>10.1f}")
+    nbytes = rows[0]["nbytes"] if rows else 0
+    lines.append(f"allreduce of {nbytes:,} B per rank as NCCL runs it on cluster:{NCCL_NODE}xN "
+                 f"(8 GPUs and 8 NICs per node): channels share NVSwitch links, so the engine "
+                 f"steps its event loop; closed us = the NCCL closed form of the same choice")
+    return "\n".join(lines)
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         out = tuple(int(v) for v in text.split(",") if v.strip())
@@ -296,6 +338,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bytes", default="100MB", help="allreduce size per rank (default 100MB)")
     parser.add_argument("--budget-s", type=float, default=300.0,
                         help="skip an engine case estimated to take longer (default 300)")
+    parser.add_argument("--nccl", type=_sizes, default=(),
+                        help="also time NCCL's model (channels) on DGX A100 clusters of these "
+                             "GPU counts, multiples of 8 (e.g. 16,32,64; default none)")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
 
 
@@ -323,7 +368,17 @@ def run(args: argparse.Namespace) -> int:
                                    + ("" if r["naive_s"] is None else
                                       f", naive {r['naive_s']:.2f} s")),
         file=sys.stderr, flush=True))
+    bad = [n for n in args.nccl if n < 16 or n % 8]
+    if bad:
+        raise ValueError(f"--nccl: {bad} are not multiples of 8 GPUs of at least 16 (two nodes)")
     rows = run_bench(sizes, nbytes, naive_max=args.naive_max, budget_s=args.budget_s,
                      progress=report, events_max=args.events_max)
-    print(json.dumps(rows, indent=1) if args.json else format_table(rows))
+    nccl_rows = [nccl_case(n, nbytes) for n in sorted(args.nccl)]
+    if args.json:
+        print(json.dumps({"rows": rows, "nccl": nccl_rows} if args.nccl else rows, indent=1))
+    else:
+        print(format_table(rows))
+        if nccl_rows:
+            print()
+            print(format_nccl_table(nccl_rows))
     return 0

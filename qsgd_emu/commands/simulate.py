@@ -2,10 +2,19 @@
 
 Examples::
 
+    qsgd-emu simulate --topology cluster:dgx_a100x8 --op allreduce --bytes 102MB
+    qsgd-emu simulate --topology dgx_h100 --bytes 1GiB --algorithm nccl_ring --protocol LL128
     qsgd-emu simulate --topology fat_tree:k=8,bw=100Gbit --op allreduce --algorithm ring \\
         --bytes 256MB
     qsgd-emu simulate --topology dgx_a100 --min-bytes 8 --max-bytes 4G --factor 2
     qsgd-emu simulate --topology ring:8 --bytes 64MB --degrade gpu0,gpu1,0.5 --straggler 3,20us
+
+The default algorithm, ``nccl``, runs the collective as NCCL would on the topology (channels
+over NVLinks and rail-aligned NICs; Ring, Tree, NVLS or NVLSTree with LL, LL128 or Simple,
+whichever NCCL's cost model finds fastest for the size) and says what it chose;
+``--algorithm nccl_ring`` (``nccl_tree``, ``nccl_nvls``, ...) and ``--protocol`` (``LL``,
+``LL128``, ``Simple`` or an NCCL_PROTO list such as ``^LL``) override the choice, ``--channels``
+the channel count; ``ring``, ``tree``, ``rhd``, ... are the textbook algorithms.
 
 One collective prints its time, algbw, busbw, flows, engine events, the peak link
 utilization and the busiest links. A sweep prints the columns of nccl-tests'
@@ -42,7 +51,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--op", default="allreduce",
                         help="collective: allreduce, allgather, reduce_scatter, broadcast, "
                              "alltoall")
-    parser.add_argument("--algorithm", default="ring", help="algorithm")
+    parser.add_argument("--algorithm", default="nccl",
+                        help="nccl (NCCL's choice), nccl_ring, nccl_tree, nccl_nvls, "
+                             "nccl_nvls_tree, nccl_p2p, or a textbook one: ring, tree, rhd, ...")
+    parser.add_argument("--protocol", default=None,
+                        help="NCCL algorithms: LL, LL128, Simple or an NCCL_PROTO list "
+                             "(e.g. ^LL); default NCCL's choice for the size")
+    parser.add_argument("--channels", default=None,
+                        help="NCCL algorithms: channels (rings) to use; default NCCL's")
     parser.add_argument("--bytes", metavar="SIZE",
                         help="one collective of SIZE (e.g. 256MB, 64MiB; nccl-tests convention: "
                              "per rank for allreduce, the total for allgather/reduce_scatter)")
@@ -214,7 +230,28 @@ def busiest_links(result, top: int) -> list[dict]:
             for l in ranked[:top]]
 
 
-def format_result(result, topology: str, faults: list, top: int) -> str:
+def describe_choice(d: dict) -> str:
+    """``NCCL Ring/LL128, 8 channels`` from a schedule's ``detail["nccl"]``."""
+    s = "" if d["channels"] == 1 else "s"
+    return f"NCCL {d['algorithm']}/{d['protocol']}, {d['channels']} channel{s}"
+
+
+def describe_sweep_choices(rows: list[dict]) -> str:
+    """NCCL's choices over a sweep as size ranges: ``8..65536 B Tree/LL; ...``."""
+    runs: list = []
+    for r in rows:
+        d = r.get("nccl")
+        if d is None:
+            return ""
+        label = f"{d['algorithm']}/{d['protocol']}"
+        if runs and runs[-1][0] == label:
+            runs[-1][2] = r["size"]
+        else:
+            runs.append([label, r["size"], r["size"]])
+    return "; ".join(f"{lo}..{hi} B {label}" for label, lo, hi in runs)
+
+
+def format_result(result, topology: str, faults: list, top: int, choice: dict | None = None) -> str:
     p = len(result.ranks)
     rows = [
         ("topology", topology),
@@ -226,6 +263,8 @@ def format_result(result, topology: str, faults: list, top: int) -> str:
         ("events", f"{result.events:,}"),
         ("peak link utilization", f"{result.peak_utilization * 100:.1f} %"),
     ]
+    if choice:
+        rows.insert(2, ("chosen", describe_choice(choice)))
     if faults:
         rows.insert(2, ("faults", "; ".join(_describe(f) for f in faults)))
     width = max(len(k) for k, _ in rows)
@@ -264,6 +303,12 @@ def run(args: argparse.Namespace) -> int:
                          f"known: {', '.join(known)}")
     chunks = _int_option("--chunks", args.chunks, 1)
     top = _int_option("--top", args.top, 0)
+    nccl_alg = (args.op, args.algorithm) in emulator.NCCL_ALGORITHMS
+    channels = None if args.channels is None else _int_option("--channels", args.channels, 1)
+    for option, value in (("--protocol", args.protocol), ("--channels", args.channels)):
+        if value is not None and not nccl_alg:
+            raise ValueError(f"{option} {value!r} applies to NCCL algorithms only (nccl, "
+                             f"nccl_ring, ...), not --algorithm {args.algorithm}")
     G = topologies.from_spec(args.topology)
     n_gpus = len(topologies.gpus(G))
     nranks = n_gpus if args.ranks is None else _int_option("--ranks", args.ranks, 2)
@@ -288,26 +333,33 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--dtype: {exc}") from None
         rows = emulator.size_sweep(G, args.op, args.algorithm, min_bytes=lo, max_bytes=hi,
                                    factor=_factor_option(args.factor), ranks=nranks,
-                                   chunks=chunks, dtype=args.dtype, faults=faults)
+                                   chunks=chunks, dtype=args.dtype, faults=faults,
+                                   protocol=args.protocol, channels=channels)
         if args.json:
             print(json.dumps(rows, indent=1))
         else:
             fault_text = f"; faults: {'; '.join(_describe(f) for f in faults)}" if faults else ""
+            chosen = describe_sweep_choices(rows)
+            chosen = f"; NCCL chose {chosen}" if chosen else ""
             print(format_sweep(rows, f"qsgd-emu simulate (predicted): {args.op} by "
                                      f"{args.algorithm} on {name}, {nranks} ranks, {chunks} "
-                                     f"chunk(s){fault_text}"))
+                                     f"chunk(s){fault_text}{chosen}"))
         return 0
 
     nbytes = _size_option("--bytes", args.bytes)
-    result = emulator.run_collective(G, args.op, args.algorithm, nbytes, ranks=nranks,
-                                     chunks=chunks, faults=faults)
+    sched = emulator.build_schedule(args.op, args.algorithm, nranks, nbytes, chunks=chunks,
+                                    graph=G, protocol=args.protocol, channels=channels)
+    result = emulator.simulate(G, sched, faults=faults)
+    choice = sched.detail.get("nccl")
     if args.json:
         out = result.to_dict()
         out.update(topology=name, chunks=chunks, time_us=result.time_s * 1e6,
                    peak_utilization=result.peak_utilization,
                    busiest_links=busiest_links(result, top),
                    faults=[_describe(f) for f in faults])
+        if choice:
+            out["nccl"] = choice
         print(json.dumps(out, indent=1))
     else:
-        print(format_result(result, name, faults, top))
+        print(format_result(result, name, faults, top, choice))
     return 0

@@ -63,7 +63,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
                         help="comma-separated transports")
     parser.add_argument("--device", default="measured",
                         help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
-    parser.add_argument("--algorithm", default="ring", help="allreduce algorithm of fp32/fp16")
+    parser.add_argument("--algorithm", default="nccl",
+                        help="allreduce algorithm of fp32/fp16: nccl (as NCCL runs it), or ring, "
+                             "tree, ... for the textbook ones")
     parser.add_argument("--out", metavar="DIR", default=None if not demo else "out/demo", type=output_dir,
                         required=not demo, help="output directory")
     parser.add_argument("--workers", type=int, default=1, help="local processes")

@@ -9,7 +9,13 @@ Actions::
     qsgd-emu validate import-nccl-tests LOG --out trace.json [--op allreduce] [--topology SPEC]
     qsgd-emu validate calibrate TRACE [--topology SPEC] [--fit-sizes 1MiB,16MiB] [--json]
     qsgd-emu validate compare TRACE [--topology SPEC] [--calibration CAL.json] --out report.json
-        [--html report.html] [--per-op] [--min-bytes 1MB] [--json]
+        [--html report.html] [--per-op] [--min-bytes 1MB] [--uncalibrated] [--json]
+
+TRACE may be a MeasuredTrace or an nccl-tests log. The topology comes from ``--topology``, else
+from the trace (a ``--topology`` given to ``import-nccl-tests``, the log's ``# qsgd-emu:``
+header, or the preset its devices and hosts name: 16 x ``NVIDIA H100 80GB HBM3`` on 2 hosts is
+``cluster:dgx_h100x2``). ``calibrate`` fits the link figures the points determine and keeps the
+topology's own for the rest, and says which is which.
 
 SLURM: ``srun --ntasks-per-node=G torchrun --nnodes=$SLURM_NNODES --nproc-per-node=G
 --rdzv-backend=c10d --rdzv-endpoint=$MASTER:29500 -m qsgd_emu validate run --out t.json``
@@ -59,7 +65,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         p.add_argument("--fit-sizes", default=None,
                        help="comma list of sizes to fit on (default smallest and largest)")
         p.add_argument("--ops", default=None, help="comma list of ops to fit on (default all)")
-        p.add_argument("--algorithm", default=None, help="algorithm run (default each point's: ring)")
+        p.add_argument("--algorithm", default=None,
+                       help="algorithm run (default each point's: ring for gloo traces, nccl for "
+                            "nccl-tests logs)")
         p.add_argument("--predictor", default="simulate", choices=("simulate", "closed_form"),
                        help="predict each point with the flow-level engine or the alpha-beta "
                             "closed form")
@@ -72,6 +80,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
             p.add_argument("--min-bytes", default="0", help="score held-out points of >= this size")
             p.add_argument("--html", default=None, type=output_file,
                            help="write the figure as HTML here")
+            p.add_argument("--uncalibrated", action="store_true",
+                           help="predict with the topology's own figures (fit nothing)")
 
 
 def harness_arguments(parser: argparse.ArgumentParser) -> None:
@@ -220,6 +230,14 @@ def _import(args) -> int:
                           "environment": trace.environment}))
     else:
         print(f"wrote {args.out}: {len(trace.collectives)} points, world size {trace.world_size}")
+        env = trace.environment
+        why = {"argument": "--topology", "annotation": "the log's '# qsgd-emu:' note",
+               "devices": f"{len(env.get('hosts') or [])} host(s) of "
+                          f"{(env.get('devices') or ['?'])[0]}"}
+        if env.get("topology"):
+            print(f"topology {env['topology']} (from {why.get(env.get('topology_from'), '?')})")
+        else:
+            print("topology unknown (devices not recognised): pass --topology to compare")
     return 0
 
 
@@ -241,8 +259,8 @@ def _calibrate(args) -> int:
         print(json.dumps(d))
     else:
         print(f"calibrated {spec} on {len(cal.fitted_on)} points ({cal.iterations} iterations):")
-        for k, (a, b) in cal.links.items():
-            print(f"  link class {k:10s} latency {a * 1e6:10.2f} us   bandwidth {b / 1e6:10.3f} MB/s")
+        for line in cal.describe():
+            print("  " + line)
         for (op, n), e in zip(cal.fitted_on, cal.fit_rel_errors):
             print(f"  fit {op:10s} {n:12d} B  error {e:+.2%}")
     return 0
@@ -256,6 +274,8 @@ def _compare(args) -> int:
 
     trace = _load_trace(args.trace)
     cal = None
+    if args.calibration and args.uncalibrated:
+        raise ValueError("--calibration and --uncalibrated exclude each other")
     if args.calibration:
         with open(args.calibration) as f:
             cal = Calibration.from_dict(json.load(f))
@@ -263,7 +283,8 @@ def _compare(args) -> int:
     report = compare(trace, _graph(args.topology), topology=args.topology, calibration=cal,
                      fit_sizes=_sizes(args.fit_sizes), fit_ops=ops, per_op=args.per_op,
                      algorithm=args.algorithm, predictor=args.predictor,
-                     min_bytes=topologies.parse_bytes(args.min_bytes))
+                     min_bytes=topologies.parse_bytes(args.min_bytes),
+                     uncalibrated=args.uncalibrated)
     if args.out:
         report.save(args.out)
     if args.html:
@@ -276,6 +297,8 @@ def _compare(args) -> int:
         print(f"{p['op']:10s} {p['bytes']:12d} {p['measured_s'] * 1e3:12.3f} "
               f"{p['predicted_s'] * 1e3:13.3f} {p['rel_error']:+8.1%}  {'' if p['held_out'] else 'yes'}")
     s = report.summary
+    print(f"topology {report.topology}" + (" (uncalibrated: the topology's own figures)"
+                                          if args.uncalibrated else ""))
     if s.get("points"):
         print(f"held-out points: {s['points']}, median |error| {s['median_abs_rel_error']:.1%}, "
               f"max |error| {s['max_abs_rel_error']:.1%}")

@@ -21,7 +21,7 @@ import pytest
 import emulator
 import topologies
 from emulator import ConfigError, Schedule, ScheduleError, Transfer, build_schedule
-from emulator.collectives import ALGORITHMS, busbw_factor, split
+from emulator.collectives import ALGORITHMS, TEXTBOOK_ALGORITHMS, busbw_factor, split
 from tests.emulator.test_closed_form import _box
 
 ALLREDUCE_PLAIN = ["ring", "tree", "rhd", "direct", "parameter_server"]
@@ -166,7 +166,7 @@ def test_direct_and_alltoall_bytes():
 # -- dependencies ------------------------------------------------------------------------------
 def _all_schedules():
     G = topologies.cluster(_machine(2), nodes=3, fabric="rail")
-    for (op, alg) in sorted(ALGORITHMS):
+    for (op, alg) in sorted(TEXTBOOK_ALGORITHMS):
         for p in (2, 5, 6):
             kw = {}
             if alg.startswith("qsgd"):
@@ -204,7 +204,7 @@ def test_ring_allreduce_dependencies_by_hand():
     assert [t.tag for t in s.transfers[6:]] == ["allgather"] * 6
 
 
-@pytest.mark.parametrize("key", sorted(ALGORITHMS))
+@pytest.mark.parametrize("key", sorted(TEXTBOOK_ALGORITHMS))
 def test_chunking_multiplies_transfers(key):
     op, alg = key
     p, n = 6, 6 * 1000
@@ -356,7 +356,7 @@ def test_build_schedule_graph_errors():
 
 
 def test_single_rank_schedules_are_empty():
-    for (op, alg) in ALGORITHMS:
+    for (op, alg) in TEXTBOOK_ALGORITHMS:
         kw = {"payload_bytes": [9]} if alg.startswith("qsgd") else {}
         if alg == "hierarchical":
             kw["graph"] = topologies.cluster(_machine(1), nodes=1, fabric="rail")

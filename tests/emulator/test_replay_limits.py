@@ -6,6 +6,9 @@
 - Infinitely fast compute (``ComputeModel(compute_scale=0, codec_scale=0)``): every bucket is
   ready at t = 0, so the one communication stream runs the buckets back to back and the
   iteration equals the sum of the buckets' collective seconds, each simulated on its own here.
+
+These limits are those of the textbook model (``algorithm="ring"``): NCCL's model keeps its
+protocol latencies on free links (tests/emulator/test_nccl_replay.py checks it).
 """
 from __future__ import annotations
 
@@ -76,13 +79,13 @@ def test_free_links_give_the_compute_time(transport):
     free = topologies.switch(4, bandwidth=1e30, latency=1e-15)
     slow = topologies.switch(4, bandwidth=1e8, latency=1e-5)   # 100 MB/s, 10 us
     cm = ComputeModel(codec_scale=0.0)
-    p = emulator.replay(make_trace(), free, transport=transport, compute=cm)
+    p = emulator.replay(make_trace(), free, transport=transport, compute=cm, algorithm="ring")
     assert p.comm_s < 1e-12
     assert p.iteration_s == pytest.approx(COMPUTE_S, abs=1e-12)
     assert p.exposed_comm_s < 1e-12
     # The same iteration on slow links exposes the last bucket's collective (it is ready
     # only when backward ends): the limit above is not vacuous.
-    q = emulator.replay(make_trace(), slow, transport=transport, compute=cm)
+    q = emulator.replay(make_trace(), slow, transport=transport, compute=cm, algorithm="ring")
     assert q.exposed_comm_s > 1e-4 and q.iteration_s > COMPUTE_S + 1e-4
 
 
@@ -110,7 +113,8 @@ def _bucket_collectives(G, transport: str, p: int) -> list[float]:
 def test_infinitely_fast_compute_is_the_sum_of_the_collectives(transport, spec, p):
     G = topologies.from_spec(spec)
     pred = emulator.replay(make_trace(), G, transport=transport, world_size=p,
-                           compute=ComputeModel(compute_scale=0.0, codec_scale=0.0))
+                           compute=ComputeModel(compute_scale=0.0, codec_scale=0.0),
+                           algorithm="ring")
     each = _bucket_collectives(G, transport, p)
     assert all(s > 0 for s in each)
     assert pred.compute_s == 0.0
@@ -159,7 +163,8 @@ def test_the_hooks_stages_share_the_compute_with_backward():
                          ids=["fast", "slow"])
 def test_infinitely_fast_compute_with_a_codec_adds_encode_and_decode(G):
     pred = emulator.replay(make_trace(), G, transport="qsgd_scatter_reduce_allgather",
-                           compute=ComputeModel(compute_scale=0.0, codec_scale=1.0))
+                           compute=ComputeModel(compute_scale=0.0, codec_scale=1.0),
+                           algorithm="ring")
     # per element: bucket 0 (20 000) encodes at 10 ns and decodes at 5 ns, bucket 1 (40 000)
     # the same; each encodes n, the owner decodes p chunks (n) and re-encodes one (n/p), and
     # everyone decodes the p mean chunks (n): 1.25 n * 10 ns + 2 n * 5 ns

@@ -83,7 +83,7 @@ def test_rows_order_and_columns(rows):
     for r in rows:
         assert tuple(r.to_dict()) == COLUMNS
         assert r.model == "tiny" and r.batch_size == 8 and r.device == "measured"
-        assert r.algorithm == "ring"
+        assert r.algorithm == "nccl"
 
 
 def test_rows_arithmetic(rows):

@@ -101,16 +101,37 @@ def test_default_fit_points_are_smallest_and_largest(star_predictor):
     assert cal.fitted_on == (("allreduce", 1 << 20), ("allreduce", 8 << 20))
 
 
-def test_two_link_classes(star_predictor):
-    # rank 0 behind a slow link: every ring step waits for it, so only that class is
-    # observable; the other class's bandwidth cannot be fitted and the error says so.
-    G = topologies.switch(4, bandwidth=1e8, latency=1e-5, link="fast")
-    G.edges["sw0", "gpu0"]["link"] = "slow"
-    G.edges["sw0", "gpu0"]["bandwidth"] = 2e7
-    assert link_classes(G) == ["fast", "slow"]
-    trace = _trace(G, [1 << 20, 2 << 20, 4 << 20, 8 << 20])
-    with pytest.raises(CalibrationError, match="do not determine"):
-        calibrate(trace, G, fit_sizes=[1 << 20, 2 << 20, 4 << 20, 8 << 20], predictor="star")
+def test_two_link_classes_fit_what_the_data_determine(star_predictor):
+    # rank 0 behind a slow link: every ring step waits for it, so the fast class's bandwidth
+    # is not observable. It keeps its figure (reported as kept) while the slow link is fitted.
+    truth = topologies.switch(4, bandwidth=1e8, latency=1e-5, link="fast")
+    truth.edges["sw0", "gpu0"]["link"] = "slow"
+    truth.edges["sw0", "gpu0"]["bandwidth"] = 2e7
+    start = truth.copy()
+    start.edges["sw0", "gpu0"]["bandwidth"] = 5e6             # the figure we got wrong
+    assert link_classes(start) == ["fast", "slow"]
+    trace = _trace(truth, [1 << 20, 2 << 20, 4 << 20, 8 << 20])
+    cal = calibrate(trace, start, fit_sizes=[1 << 20, 2 << 20, 4 << 20, 8 << 20],
+                    predictor="star")
+    assert "bandwidth" in cal.fitted["slow"] and "bandwidth" in cal.kept["fast"]
+    assert cal.links["slow"][1] == pytest.approx(2e7, rel=1e-6)
+    assert cal.links["fast"][1] == 1e8
+    assert max(abs(e) for e in cal.fit_rel_errors) < 1e-6
+    d = cal.to_dict()
+    assert d["kept"]["fast"] == ["bandwidth"] or "bandwidth" in d["kept"]["fast"]
+    back = Calibration.from_dict(d)
+    H = back.apply(start)
+    assert H.edges["sw0", "gpu0"]["bandwidth"] == pytest.approx(2e7, rel=1e-6)
+    assert H.edges["sw0", "gpu1"]["bandwidth"] == 1e8
+
+
+def test_one_point_fits_one_figure_and_keeps_the_other(star_predictor):
+    G = topologies.switch(4, bandwidth=1e8, latency=1e-5)
+    trace = _trace(topologies.switch(4, bandwidth=5e7, latency=1e-5), [1 << 20, 4 << 20])
+    cal = calibrate(trace, G, fit_sizes=[4 << 20], ops=("allreduce",), predictor="star")
+    (k,) = cal.links
+    assert sorted(cal.fitted[k] + cal.kept[k]) == ["bandwidth", "latency"]
+    assert len(cal.fitted[k]) == 1 and abs(cal.fit_rel_errors[0]) < 1e-6
 
 
 def test_errors_name_what_is_wrong(star_predictor):
@@ -118,8 +139,6 @@ def test_errors_name_what_is_wrong(star_predictor):
     trace = _trace(G, [1 << 20, 4 << 20])
     with pytest.raises(CalibrationError, match=r"fit_sizes: \[12345\]"):
         calibrate(trace, G, fit_sizes=[12345], predictor="star")
-    with pytest.raises(CalibrationError, match="fit points: 1 given, 2 needed"):
-        calibrate(trace, G, fit_sizes=[1 << 20], ops=("allreduce",), predictor="star")
     with pytest.raises(CalibrationError, match="world_size 4"):
         calibrate(trace, topologies.switch(8), predictor="star")
     with pytest.raises(CalibrationError, match="predictor 'oracle'"):

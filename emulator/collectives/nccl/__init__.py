@@ -1,0 +1,318 @@
+"""Collectives as NCCL runs them: channels, rings, trees, NVLS; LL, LL128 and Simple.
+
+:class:`NcclSystem` reads a topology as NCCL's topology detection would; :mod:`.channels`
+builds NCCL's rings and trees over it; :mod:`.builders` turns them into schedules with NCCL's
+per-hop latencies and protocol overheads (:mod:`.constants`, cited from NCCL's sources);
+:mod:`.cost` gives their closed forms, and :func:`plan` picks the fastest (algorithm,
+protocol) for a size as NCCL's tuner does, unless NCCL_ALGO / NCCL_PROTO style lists say
+otherwise.
+
+Names in :data:`emulator.collectives.ALGORITHMS`: ``nccl`` (NCCL's choice), ``nccl_ring``,
+``nccl_tree``, ``nccl_nvls``, ``nccl_nvls_tree``, ``nccl_p2p`` (all-to-all), and the QSGD
+transports ``nccl_qsgd_allgather``, ``nccl_qsgd_scatter_reduce_allgather``.
+
+>>> import topologies
+>>> G = topologies.from_spec("dgx_h100")
+>>> p = plan(G, "allreduce", 1 << 30)
+>>> p.algorithm, p.protocol
+('NVLS', 'Simple')
+>>> plan(G, "allreduce", 1 << 30, algo="Ring").describe()
+'NCCL Ring/Simple, 1 channel'
+"""
+from __future__ import annotations
+
+import numbers
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import ConfigError
+from .._schedule import Builder, check_ranks
+from . import builders, constants, cost
+from .channels import base_rings, channel_rings, channel_trees
+from .constants import ALGOS, PROTOCOLS
+from .system import NcclSystem
+
+__all__ = ["NcclSystem", "Plan", "plan", "build", "parse_list", "OP_ALGOS", "NAMES", "PROTOCOLS",
+           "ALGOS", "channel_rings", "channel_trees", "base_rings", "constants"]
+
+#: What NCCL runs for each op (tuning.cc: trees and NVLS only reduce; all-to-all is p2p).
+OP_ALGOS = {
+    "allreduce": ("Tree", "Ring", "NVLS", "NVLSTree"),
+    "allgather": ("Ring",),
+    "reduce_scatter": ("Ring",),
+    "broadcast": ("Ring",),
+    "alltoall": ("P2P",),
+}
+
+#: Emulator algorithm name -> NCCL algorithm (None: NCCL's own choice).
+NAMES = {"nccl": None, "nccl_ring": "Ring", "nccl_tree": "Tree", "nccl_nvls": "NVLS",
+         "nccl_nvls_tree": "NVLSTree", "nccl_p2p": "P2P"}
+
+#: The QSGD transports on NCCL's channels: emulator name -> what moves the payloads.
+QSGD = {"nccl_qsgd_allgather": "allgather", "nccl_qsgd_scatter_reduce_allgather": "sra"}
+
+
+def parse_list(value, allowed, what: str) -> tuple:
+    """An NCCL_ALGO / NCCL_PROTO style selection: ``"Ring,Tree"``, ``"^LL"`` (all but LL),
+    case-insensitive; a list of names works too. Returns the selected names of ``allowed``.
+
+    Raises
+    ------
+    ConfigError
+        Naming an unknown entry and what is allowed.
+
+    Examples
+    --------
+    >>> parse_list("^ll", PROTOCOLS, "protocol")
+    ('LL128', 'Simple')
+    """
+    if value is None:
+        return tuple(allowed)
+    if isinstance(value, str):
+        text = value.strip()
+        neg = text.startswith("^")
+        items = [t.strip() for t in text.lstrip("^").split(",") if t.strip()]
+    else:
+        neg, items = False, [str(t).strip() for t in value]
+    if not items:
+        raise ConfigError(f"{what}={value!r} names nothing; allowed: {', '.join(allowed)}")
+    lookup = {a.lower(): a for a in allowed}
+    chosen = []
+    for it in items:
+        if it.lower() not in lookup:
+            raise ConfigError(f"{what}={value!r}: {it!r} is not one of {', '.join(allowed)}")
+        chosen.append(lookup[it.lower()])
+    return tuple(a for a in allowed if (a in chosen) != neg)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """NCCL's choice for one collective.
+
+    Attributes
+    ----------
+    op : str
+    algorithm, protocol : str
+        NCCL's names (``Ring``/``Tree``/``NVLS``/``NVLSTree``/``P2P``; ``LL``/``LL128``/
+        ``Simple``).
+    channels : int
+        Channels (rings) the schedule uses.
+    predicted_s : float
+        The closed form's seconds for the choice.
+    candidates : tuple of (algorithm, protocol, seconds)
+        Every enabled choice and its closed-form seconds.
+    """
+
+    op: str
+    algorithm: str
+    protocol: str
+    channels: int
+    predicted_s: float
+    candidates: tuple
+
+    def describe(self) -> str:
+        s = "" if self.channels == 1 else "s"
+        return f"NCCL {self.algorithm}/{self.protocol}, {self.channels} channel{s}"
+
+    def to_dict(self) -> dict:
+        return {"op": self.op, "algorithm": self.algorithm, "protocol": self.protocol,
+                "channels": self.channels, "predicted_s": self.predicted_s,
+                "candidates": [{"algorithm": a, "protocol": p, "seconds": t}
+                               for a, p, t in self.candidates]}
+
+
+def _enabled(system: NcclSystem, op: str, algos, protos) -> list:
+    out = []
+    for a in OP_ALGOS[op]:
+        if a not in algos:
+            continue
+        if a == "NVLS" and not (system.nvls_enabled() and system.n_nodes == 1):
+            continue
+        if a == "NVLSTree" and not (system.nvls_enabled() and system.n_nodes > 1):
+            continue
+        for p in PROTOCOLS:
+            if p not in protos:
+                continue
+            if a in ("NVLS", "NVLSTree") and p != "Simple":
+                continue
+            if a == "P2P" and p == "LL128":
+                continue
+            if p == "LL128" and not system.ll128_enabled():
+                continue
+            out.append((a, p))
+    return out
+
+
+def _time(system, rings, op, algo, proto, nbytes, blocks=None) -> float:
+    if algo == "Ring":
+        if op == "broadcast":
+            return cost.broadcast_time(system, rings, nbytes, proto)
+        return cost.ring_time(system, rings, op, blocks, proto)
+    if algo == "Tree":
+        return cost.tree_time(system, rings, nbytes, proto)
+    if algo == "NVLS":
+        return cost.nvls_time(system, nbytes)
+    if algo == "NVLSTree":
+        return cost.nvls_tree_time(system, rings, nbytes)
+    return cost.p2p_time(system, _a2a_sizes(system, nbytes), proto)
+
+
+def _blocks(system: NcclSystem, op: str, nbytes: int):
+    """Per-rank block bytes of a ring op (nccl-tests sizes: allreduce per rank, allgather and
+    reduce-scatter the total)."""
+    from .._schedule import split
+
+    return split(nbytes, len(system.ranks))
+
+
+def _a2a_sizes(system: NcclSystem, nbytes: int) -> dict:
+    from .._schedule import split
+
+    seg = split(nbytes, len(system.ranks))
+    return {(x, y): int(seg[j]) for x in system.ranks for j, y in enumerate(system.ranks)}
+
+
+def _check_op(op: str):
+    if op not in OP_ALGOS:
+        raise ConfigError(f"op={op!r} has no NCCL algorithm; known: {', '.join(OP_ALGOS)}")
+
+
+def _choose(system, rings, op, nbytes, algo, proto, blocks=None):
+    _check_op(op)
+    algos = parse_list(algo, ALGOS + ("P2P",), "algorithm")
+    protos = parse_list(proto, PROTOCOLS, "protocol")
+    cands = _enabled(system, op, algos, protos)
+    if not cands:
+        runs = sorted({a for a, _ in _enabled(system, op, ALGOS + ("P2P",), PROTOCOLS)})
+        raise ConfigError(f"algorithm={algo!r}, protocol={proto!r} leave nothing NCCL runs for "
+                          f"{op} on this topology; it runs: {', '.join(runs)} with "
+                          f"{', '.join(p for p in PROTOCOLS if any(q == p for _, q in _enabled(system, op, ALGOS + ('P2P',), PROTOCOLS)))}")
+    if blocks is None:
+        blocks = _blocks(system, op, nbytes)
+    timed = [(a, p, _time(system, rings, op, a, p, nbytes, blocks)) for a, p in cands]
+    best = min(timed, key=lambda t: t[2])
+    return best, tuple(timed)
+
+
+def plan(G, op: str, nbytes: int, ranks=None, *, algo=None, proto=None, channels=None,
+         system: NcclSystem | None = None) -> Plan:
+    """NCCL's (algorithm, protocol) for ``op`` of ``nbytes`` (nccl-tests sizes) on ``G``.
+
+    Parameters
+    ----------
+    G : networkx.Graph
+        Topology.
+    op : str
+        ``allreduce``, ``allgather``, ``reduce_scatter``, ``broadcast`` or ``alltoall``.
+    nbytes : int
+        Message size in bytes, > 0.
+    ranks : int or sequence of int, optional
+        Participating ranks (default every GPU).
+    algo, proto : str or sequence, optional
+        NCCL_ALGO / NCCL_PROTO style restrictions (``"Ring"``, ``"^NVLS"``, ``"LL,LL128"``).
+    channels : int, optional
+        Channels to use (default NCCL's: one per distinct ring).
+
+    Returns
+    -------
+    Plan
+
+    Examples
+    --------
+    >>> import topologies
+    >>> plan(topologies.from_spec("dgx_a100"), "allreduce", 8).protocol
+    'LL'
+    """
+    if system is None:
+        system = NcclSystem.of(G, _ranks(G, ranks))
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes <= 0:
+        raise ConfigError(f"nbytes={nbytes!r} must be an integer number of bytes > 0")
+    rings = channel_rings(system, channels)
+    (a, p, t), timed = _choose(system, rings, op, int(nbytes), algo, proto)
+    return Plan(op, a, p, len(rings), t, timed)
+
+
+def _ranks(G, ranks):
+    import topologies
+
+    if ranks is None:
+        return tuple(range(len(topologies.gpus(G))))
+    return check_ranks(ranks)
+
+
+def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1,
+          payload_bytes=None, protocol=None, channels=None):
+    """The schedule of ``op`` by emulator algorithm ``name`` (a key of :data:`NAMES` or
+    :data:`QSGD`); ``protocol`` and, for ``nccl``, the algorithm follow NCCL's choice unless
+    given (NCCL_PROTO style for ``protocol``). ``chunks`` is NCCL's own business: ignored."""
+    system = NcclSystem.of(graph, ranks)
+    rings = channel_rings(system, channels)
+    b = Builder()
+    if name in QSGD:
+        return _qsgd(b, system, rings, name, ranks, nbytes, payload_bytes, protocol)
+    algo = NAMES[name]
+    if algo is not None and algo not in OP_ALGOS.get(op, ()):
+        raise ConfigError(f"algorithm={name!r} does not run {op} (NCCL runs {op} with "
+                          f"{', '.join(OP_ALGOS.get(op, ()))})")
+    (a, p, t), timed = _choose(system, rings, op, nbytes, algo, protocol)
+    if len(system.ranks) >= 2:
+        eff = cost.efficiency(system, rings, a, p)
+        if a == "Ring":
+            if op == "broadcast":
+                builders.broadcast(b, system, rings, nbytes, p, eff)
+            else:
+                builders.ring(b, system, rings, op, _blocks(system, op, nbytes), p, eff)
+        elif a == "Tree":
+            builders.tree_allreduce(b, system, rings, nbytes, p, eff)
+        elif a == "NVLS":
+            builders.nvls_allreduce(b, system, nbytes)
+        elif a == "NVLSTree":
+            builders.nvls_tree_allreduce(b, system, rings, nbytes)
+        else:
+            builders.p2p_alltoall(b, system, _a2a_sizes(system, nbytes), p, eff=eff)
+    sched = b.build(system.ranks, op, name, nbytes, 1)
+    return sched.annotate(nccl=Plan(op, a, p, len(rings), t, timed).to_dict(),
+                          payload_bytes=_payload(op, a, len(system.ranks), nbytes))
+
+
+def _payload(op, algo, p, nbytes) -> int:
+    """Payload bytes all GPUs send together, without protocol and link overheads."""
+    if p < 2:
+        return 0
+    if op == "allreduce":
+        return int(2 * (p - 1) * nbytes) if algo != "NVLS" else int(p * nbytes * (1 + 1 / p))
+    if op in ("allgather", "reduce_scatter", "alltoall"):
+        return int((p - 1) * nbytes)
+    return int((p - 1) * nbytes)
+
+
+def _qsgd(b, system, rings, name, ranks, nbytes, payload_bytes, protocol):
+    from ..compressed import _payloads
+
+    p = len(system.ranks)
+    sizes = _payloads(payload_bytes, p, name)
+    (a, proto, t), timed = _choose(system, rings, "allgather", max(int(sizes.sum()), 1), "Ring",
+                                   protocol, blocks=sizes)
+    sent = 0
+    if p >= 2:
+        eff = cost.efficiency(system, rings, "Ring", proto)
+        if QSGD[name] == "allgather":
+            builders.ring(b, system, rings, "allgather", sizes, proto, eff)
+            sent = int((p - 1) * sizes.sum())
+        else:
+            index = {r: i for i, r in enumerate(system.ranks)}
+            scatter = builders.p2p_alltoall(
+                b, system, {(x, y): int(sizes[index[y]]) for x in system.ranks
+                            for y in system.ranks}, "Simple", tag="scatter")
+            done = {}
+            for y in system.ranks:
+                inbound = [np.asarray([v]) for (x, z), v in scatter.items() if z == y]
+                done[y] = int(b.local(y, inbound, "reduce")[0])
+            builders.ring(b, system, rings, "allgather", sizes, proto, eff, first_deps=done)
+            sent = int((p - 1) * sizes.sum() * 2)
+            t += cost.p2p_time(system, {(x, y): int(sizes[index[y]]) for x in system.ranks
+                                        for y in system.ranks})
+    sched = b.build(system.ranks, "allreduce", name, nbytes, 1)
+    return sched.annotate(nccl=Plan("allreduce", "Ring", proto, len(rings), t, timed).to_dict(),
+                          payload_bytes=sent)

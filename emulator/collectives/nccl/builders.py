@@ -1,0 +1,380 @@
+"""Schedules of collectives as NCCL runs them, for one (algorithm, protocol) and channel set.
+
+Common to every builder (NCCL's cost model, src/graph/tuning.cc, made into transfers):
+
+- the message is split across channels, each channel moving its share over its own ring or
+  trees (:mod:`.channels`);
+- a hop takes the protocol's per-step latency (``hwLat`` of the link type, algorithm and
+  protocol) on top of the path's own latency: the first chunk of every step waits ``hwLat``
+  before it leaves (``compute_s``). NCCL measured its figures on NVLink and InfiniBand, whose
+  paths take a microsecond or less; a slower fabric (a cloud NIC, a long link) adds its own
+  latency, which is also what ``validate calibrate`` can fit;
+- every rank's first transfer waits the launch latency ``baseLat``;
+- a hop carries ``1 / efficiency`` wire bytes per payload byte: the protocol's share of the
+  algorithm's bandwidth (:func:`.cost.efficiency`: ring LL 0.5 capped at NCCL's llMaxBw, LL128
+  0.92, Simple 1; trees x 0.92 with LL 1/3.8 and LL128 7/9 or 120/128) times the link's usable
+  share (NVLink at NCCL's topo.h rate, PCIe at 0.76), so a link at line rate carries payload
+  at the rate NCCL gets from it;
+- trees and NVLS pipeline the message in chunks of the protocol's buffer step
+  (:data:`.constants.CHUNK_BYTES`), at most :data:`MAX_CHUNKS` per tree edge; rings need none
+  (each of their steps already moves one segment per hop), and a ring connection keeps several
+  segments in flight (NCCL's 8 slots per connection): a segment waits for its data only, so the
+  latency a segment meets is that of the hops it crosses, once each (tuning.cc's ring latency
+  ``(nsteps - nInterSteps) intraLat + nInterSteps interLat``), not the slowest hop's at every
+  step.
+
+NVLS (NVLink SHARP) reduces inside the NVSwitch: each GPU sends every byte of its vector to the
+switch once and receives every reduced byte once, ``n (1 + 1/p)`` bytes each way per GPU
+(multimem loads of the p shards, one store of the own shard, the switch's multicast). The engine
+moves point-to-point flows only, so the NVLS schedule sends the same bytes as an exchange of
+``n (1 + 1/p) / (p - 1)`` between every GPU pair, which loads every GPU's NVSwitch link exactly
+as NVLS does; the switch sustains ``nvlsEfficiency`` of NCCL's NVLink rate (nvls.cc).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .._schedule import Builder, Route, split
+from ..ring import ring_pass
+from . import constants as C
+from .channels import Ring, channel_trees
+from .system import NcclSystem
+
+#: Most chunks one tree edge or NVLS-tree stage is cut into: deeper pipelining would change the
+#: fill time by less than 1/MAX_CHUNKS of a stage and multiply the transfers.
+MAX_CHUNKS = 8
+
+
+def hop_latency(system: NcclSystem, net: bool, algo: str, proto: str) -> float:
+    """NCCL's per-step latency (s) of a hop over the network (``net``) or inside a node."""
+    hw = "net" if net else system.intra_hw
+    lat = C.HOP_LATENCY[hw][algo][proto]
+    if algo == "Ring" and not net and system.n_nodes > 1:
+        # tuning.cc: inter-node rings still pay the network overhead on every step.
+        lat = max(lat, C.NET_OVERHEAD * (C.NET_OVERHEAD_SIMPLE_FACTOR if proto == "Simple" else 1))
+    return lat
+
+
+class _Hops:
+    """Route ids, wire-byte scale and per-step wait of the hops a schedule uses (cached)."""
+
+    def __init__(self, b: Builder, system: NcclSystem, algo: str, proto: str, eff: float):
+        self.b, self.system, self.algo, self.proto = b, system, algo, proto
+        self.eff = eff
+        self._cache: dict = {}
+
+    def __call__(self, stops: tuple, flow: int):
+        key = (stops, flow)
+        hit = self._cache.get(key)
+        if hit is None:
+            hop = self.system.hop(stops, flow)
+            route = self.b.route(Route(via=tuple(stops[1:-1]), flow=flow))
+            scale = hop.inflation / self.eff
+            wait = hop_latency(self.system, hop.net, self.algo, self.proto)
+            hit = self._cache[key] = (route, scale, wait, hop)
+        return hit
+
+
+# -- rings ---------------------------------------------------------------------------------------
+#: op -> (steps as a function of p, segment offset, phase tags)
+RING_OPS = {
+    "allreduce": (lambda p: 2 * (p - 1), -1,
+                  lambda p: [("reduce_scatter", p - 1), ("allgather", p - 1)]),
+    "allgather": (lambda p: p - 1, 0, lambda p: [("allgather", p - 1)]),
+    "reduce_scatter": (lambda p: p - 1, -1, lambda p: [("reduce_scatter", p - 1)]),
+}
+
+
+def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: str, eff: float,
+         first_deps=None) -> list:
+    """Ring ``op`` over ``rings`` (channels); ``blocks[j]`` payload bytes of rank j's block
+    (a per-rank segment of the vector). Returns each channel's transfer ids (steps, p, 1).
+
+    ``first_deps[rank]`` (optional) is a transfer id a rank's first send waits for.
+    """
+    steps_of, offset, phases = RING_OPS[op]
+    hops = _Hops(b, system, "Ring", proto, eff)
+    base = C.BASE_LATENCY["Ring"][proto]
+    blocks = np.asarray(blocks, dtype=np.int64)
+    out = []
+    per_channel = np.stack([split(int(x), len(rings)) for x in blocks], axis=1)  # (C, ranks)
+    for c, rg in enumerate(rings):
+        order = np.asarray(rg.order, dtype=np.int64)
+        p = len(order)
+        facts = [hops(stops, rg.flow) for stops in rg.stops]
+        index = {r: i for i, r in enumerate(system.ranks)}
+        seg = per_channel[c][[index[int(r)] for r in order]]
+        fd = None
+        if first_deps is not None:
+            fd = [np.asarray([first_deps[r] for r in order], dtype=np.int64)]
+        ids = ring_pass(b, order, seg[:, None], steps_of(p), offset, phases(p), first_deps=fd,
+                        route=[f[0] for f in facts], scale=[f[1] for f in facts],
+                        hop_compute=[f[2] for f in facts], start_compute=base, ordered=False)
+        out.append(ids)
+    return out
+
+
+def broadcast(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str,
+              eff: float) -> None:
+    """NCCL's ring broadcast from the first rank: a pipelined chain along each channel's ring,
+    starting at the root, chunks of the protocol's step size."""
+    hops = _Hops(b, system, "Ring", proto, eff)
+    root = system.ranks[0]
+    for c, (rg, share) in enumerate(zip(rings, split(nbytes, len(rings)))):
+        order = list(rg.order)
+        k = order.index(root)
+        order = order[k:] + order[:k]
+        stops = list(rg.stops[k:] + rg.stops[:k])
+        sizes = split(int(share), _chunks(int(share), proto))
+        prev = np.full(len(sizes), -1, dtype=np.int64)
+        for h in range(len(order) - 1):
+            route, scale, wait, _ = hops(stops[h], rg.flow)
+            base = b.count
+            conn = np.where(np.arange(len(sizes)) > 0, base + np.arange(len(sizes)) - 1, -1)
+            wire = np.ceil(sizes * scale).astype(np.int64)
+            comp = np.zeros(len(sizes))
+            comp[0] = wait + (C.BASE_LATENCY["Ring"][proto] if h == 0 else 0.0)
+            prev = b.add(order[h], order[h + 1], wire, [prev, conn], "broadcast", comp, route)
+
+
+def _chunks(nbytes: int, proto: str) -> int:
+    return int(min(MAX_CHUNKS, max(1, math.ceil(nbytes / C.CHUNK_BYTES[proto]))))
+
+
+# -- trees --------------------------------------------------------------------------------------
+def tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str,
+                   eff: float) -> None:
+    """NCCL's tree allreduce: per channel, half the bytes up and down each of its two trees
+    (double binary tree between nodes, chains inside), pipelined in chunks."""
+    hops = _Hops(b, system, "Tree", proto, eff)
+    base = C.BASE_LATENCY["Tree"][proto]
+    for c, (rg, share) in enumerate(zip(rings, split(nbytes, len(rings)))):
+        for tree, half in zip(channel_trees(system, rg), split(int(share), 2)):
+            _tree_pass(b, tree, split(int(half), _chunks(int(half), proto)), hops, base)
+
+
+def _tree_pass(b: Builder, tree, sizes: np.ndarray, hops: _Hops, base: float) -> None:
+    c = len(sizes)
+    depth = {}
+
+    def d(r):
+        if r not in depth:
+            depth[r] = 0 if tree.parent[r] < 0 else d(tree.parent[r]) + 1
+        return depth[r]
+
+    order = sorted(tree.parent, key=lambda r: (d(r), r))
+    up: dict = {}
+
+    def edge(a, b_, stops_key):
+        stops = tree.stops[stops_key]
+        if stops[0] != hops.system.gpu(a):
+            stops = tuple(reversed(stops))
+        return hops(stops, tree.flow)
+
+    for x in reversed(order):                       # leaves first: reduce towards the root
+        par = tree.parent[x]
+        if par < 0:
+            continue
+        route, scale, wait, _ = edge(x, par, (par, x))
+        deps = [up[ch] for ch in tree.children[x]]
+        start = b.count
+        conn = np.where(np.arange(c) > 0, start + np.arange(c) - 1, -1)
+        comp = np.zeros(c)
+        comp[0] = wait + (base if not tree.children[x] else 0.0)
+        up[x] = b.add(x, par, np.ceil(sizes * scale).astype(np.int64), deps + [conn], "reduce",
+                      comp, route)
+    have = {tree.root: [up[ch] for ch in tree.children[tree.root]]}
+    for x in order:                                 # root first: broadcast back down
+        for ch in tree.children[x]:
+            route, scale, wait, _ = edge(x, ch, (x, ch))
+            start = b.count
+            conn = np.where(np.arange(c) > 0, start + np.arange(c) - 1, -1)
+            comp = np.zeros(c)
+            comp[0] = wait
+            got = b.add(x, ch, np.ceil(sizes * scale).astype(np.int64), have[x] + [conn],
+                        "broadcast", comp, route)
+            have[ch] = [got]
+
+
+# -- NVLS ---------------------------------------------------------------------------------------
+def _nvls_scale(system: NcclSystem, a: int, b_: int) -> tuple:
+    hop = system.hop((system.gpu(a), system.gpu(b_)))
+    eff = C.NVLS_EFFICIENCY[system.arch]
+    return hop, hop.inflation / eff
+
+
+def _exchange(b: Builder, system: NcclSystem, group, nbytes_pair: int, wait: float, tag: str,
+              deps_of=None, conn=None):
+    """Every GPU of ``group`` sends ``nbytes_pair`` payload bytes to every other (NVLS's
+    traffic); returns {(src, dst): id}."""
+    out = {}
+    for x in group:
+        for y in group:
+            if x == y:
+                continue
+            hop, scale = _nvls_scale(system, x, y)
+            deps = []
+            if deps_of is not None:
+                deps.extend(deps_of(x))
+            if conn is not None and (x, y) in conn:
+                deps.append(np.asarray([conn[(x, y)]]))
+            out[(x, y)] = int(b.add(x, y, int(math.ceil(nbytes_pair * scale)), deps, tag, wait)[0])
+    return out
+
+
+def nvls_allreduce(b: Builder, system: NcclSystem, nbytes: int) -> None:
+    """Single-node NVLS allreduce: ``n (1 + 1/p)`` bytes each way on every GPU's link."""
+    group = list(system.ranks)
+    p = len(group)
+    if p < 2:
+        return
+    pair = math.ceil(nbytes * (1 + 1 / p) / (p - 1))
+    _exchange(b, system, group, pair, C.HOP_LATENCY["nvlink"]["NVLS"]["Simple"], "nvls")
+
+
+def nvls_tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int) -> None:
+    """NVLS inside nodes, trees between them (NCCL's NVLSTree), pipelined in chunks.
+
+    Chunk i: NVLS reduce-scatter inside each node (half the NVLS traffic), then the shard of
+    local GPU j is allreduced across nodes along rail j by the channel's double binary tree, then
+    the NVLS all-gather (the other half) brings every GPU the whole reduced chunk.
+    """
+    g = system.ppn
+    nodes = [list(n) for n in system.nodes]
+    chunks = split(nbytes, _chunks(math.ceil(nbytes / g), "Simple"))
+    intra = C.HOP_LATENCY["nvlink"]["NVLSTree"]["Simple"]
+    hops = _Hops(b, system, "NVLSTree", "Simple", 1.0)
+    prev_rs, prev_ag = {}, {}
+    prev_tree: dict = {}
+    for i, chunk in enumerate(chunks):
+        pair = math.ceil(int(chunk) * (1 + 1 / g) / 2 / max(g - 1, 1))
+        rs = {}
+        for grp in nodes:
+            if g > 1:
+                rs.update(_exchange(b, system, grp, pair, intra if i == 0 else 0.0, "nvls_rs",
+                                    conn=prev_rs))
+        prev_rs = rs
+        done = {}
+        for j in range(g):
+            rail = [grp[j] for grp in nodes]
+            shard = math.ceil(int(chunk) / g)
+            for t, half in enumerate(split(shard, 2)):
+                tree = channel_trees(system, rail_ring(system, rings, j, t))[t]
+                sub = _rail_tree(system, tree, rail, nodes)
+                arrived = _tree_once(b, sub, int(half), hops, rs, nodes, j, prev_tree, (i, j, t))
+                for r, ids in arrived.items():
+                    done.setdefault(r, []).extend(ids)
+        ag = {}
+        for grp in nodes:
+            if g > 1:
+                ag.update(_exchange(b, system, grp, pair, 0.0, "nvls_ag",
+                                    deps_of=lambda x: [np.asarray([d]) for d in done.get(x, [])],
+                                    conn=prev_ag))
+        prev_ag = ag
+
+
+def rail_ring(system: NcclSystem, rings: list, j: int, t: int):
+    """The channel that enters node 0 at local GPU ``j`` (the ``t``-th such when a GPU has
+    several), else one whose NIC is among ``j``'s nearest: each GPU's shard crosses nodes
+    through a NIC next to it."""
+    gpu = system.nodes[0][j]
+    mine = [rg for rg in rings if rg.order[0] == gpu]
+    if not mine:
+        mine = [rg for rg in rings if rg.nics[0] is not None and gpu in system.near[rg.nics[0]][:2]]
+    mine = mine or rings
+    return mine[t % len(mine)]
+
+
+def _rail_tree(system, tree, rail, nodes):
+    """The node-level tree of ``tree`` restricted to the GPUs of ``rail`` (one per node)."""
+    node_of = {r: h for h, grp in enumerate(nodes) for r in grp}
+    head = {node_of[r]: r for r in rail}
+    parent, children, stops = {}, {r: [] for r in rail}, {}
+    for r in tree.parent:
+        if tree.parent[r] >= 0 and node_of[tree.parent[r]] != node_of[r]:
+            hc, hp = node_of[r], node_of[tree.parent[r]]
+            a, b_ = head[hp], head[hc]
+            parent[b_] = a
+            children[a].append(b_)
+            st = tree.stops[(tree.parent[r], r)]
+            stops[(a, b_)] = (system.gpu(a), *st[1:-1], system.gpu(b_))
+    root = head[node_of[tree.root]]
+    parent[root] = -1
+    for r in rail:
+        parent.setdefault(r, -1)
+    return type(tree)(root, parent, children, stops, tree.flow)
+
+
+def _tree_once(b, tree, nbytes, hops, rs, nodes, j, prev, key):
+    """One chunk up and down a rail tree; returns {rank: arrival ids it waits for}."""
+    node_of = {r: h for h, grp in enumerate(nodes) for r in grp}
+    depth = {}
+
+    def d(r):
+        if r not in depth:
+            depth[r] = 0 if tree.parent[r] < 0 else d(tree.parent[r]) + 1
+        return depth[r]
+
+    order = sorted(tree.parent, key=lambda r: (d(r), r))
+    incoming = {r: [v for (x, y), v in rs.items() if y == r] for r in order}
+    up = {}
+    for x in reversed(order):
+        par = tree.parent[x]
+        if par < 0:
+            continue
+        stops = tree.stops[(par, x)]
+        route, scale, wait, _ = hops(tuple(reversed(stops)), tree.flow)
+        deps = [np.asarray([v]) for v in incoming[x]] + [np.asarray([up[c]]) for c in tree.children[x]]
+        pk = ("up", x, key[1], key[2])
+        if pk in prev:
+            deps.append(np.asarray([prev[pk]]))
+        up[x] = int(b.add(x, par, int(math.ceil(nbytes * scale)), deps, "reduce",
+                          wait if key[0] == 0 else 0.0, route)[0])
+        prev[pk] = up[x]
+    root = tree.root
+    arrived = {root: [up[c] for c in tree.children[root]] + incoming[root]}
+    for x in order:
+        for ch in tree.children[x]:
+            stops = tree.stops[(x, ch)]
+            route, scale, wait, _ = hops(stops, tree.flow)
+            deps = [np.asarray([v]) for v in arrived[x]]
+            pk = ("down", ch, key[1], key[2])
+            if pk in prev:
+                deps.append(np.asarray([prev[pk]]))
+            got = int(b.add(x, ch, int(math.ceil(nbytes * scale)), deps, "broadcast",
+                            wait if key[0] == 0 else 0.0, route)[0])
+            prev[pk] = got
+            arrived[ch] = [got]
+    return arrived
+
+
+# -- point to point ------------------------------------------------------------------------------
+def p2p_alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="alltoall",
+                 deps_of=None, eff: float | None = None) -> dict:
+    """NCCL's all-to-all: grouped send/recv between every pair at once (``sizes[(src, dst)]``
+    payload bytes). Inside a node over the direct path; between nodes through the NIC of the
+    destination's rail, reached over NVLink first (PXN, NCCL 2.12+), so that the network leg
+    stays on one rail. Returns {(src, dst): transfer id}."""
+    hops = _Hops(b, system, "Ring", proto, C.PROTOCOL_EFFICIENCY[proto] if eff is None else eff)
+    out = {}
+    k = min((len(n) for n in system.nics), default=0)
+    for (x, y), nbytes in sorted(sizes.items()):
+        if x == y:
+            continue
+        hx, hy = system.node_of(x), system.node_of(y)
+        if hx != hy and k:
+            j = system.nodes[hy].index(y) % k
+            nic_x, nic_y = system.nics[hx][j], system.nics[hy][j]
+            proxy = system.near[nic_x][0]
+            via = ((system.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
+            stops = (system.gpu(x), *via, system.gpu(y))
+            flow = j
+        else:
+            stops, flow = (system.gpu(x), system.gpu(y)), 0
+        route, scale, wait, _ = hops(stops, flow)
+        deps = [] if deps_of is None else deps_of(x)
+        out[(x, y)] = int(b.add(x, y, int(math.ceil(int(nbytes) * scale)), deps, tag, wait,
+                                route)[0])
+    return out

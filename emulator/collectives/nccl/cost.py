@@ -1,0 +1,274 @@
+"""Closed forms of the NCCL schedules of :mod:`.builders`, and NCCL's choice among them.
+
+Each function returns the seconds the engine takes for the schedule when every flow that
+shares a link starts and ends with the others (the channels of a switch, the hops of one ring
+step): a flow's rate is then its bottleneck's bandwidth divided by the flows crossing it
+(max-min fairness), and a schedule's time is its longest dependency chain of
+``wait + path latency + wire bytes / rate`` (:mod:`emulator.closed_form` explains the chain
+for the textbook ring; the NCCL ring is that ring with per-hop latency, wire bytes and rates).
+The same functions give NCCL's choice: like ``ncclTopoGetAlgoTime`` (src/graph/tuning.cc), the
+model predicts every enabled (algorithm, protocol) and picks the fastest.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+import numpy as np
+
+from .._schedule import split
+from . import constants as C
+from .builders import MAX_CHUNKS, RING_OPS, _chunks, hop_latency
+from .channels import channel_trees
+from .system import NcclSystem
+
+
+def efficiency(system: NcclSystem, rings: list, algo: str, proto: str) -> float:
+    """Payload share of the bandwidth ``algo`` gets with ``proto`` (tuning.cc's factors).
+
+    Ring: LL 0.5, LL128 0.92, Simple 1. Tree: 0.92 times LL 1/3.8, LL128 7/9 (one node) or
+    120/128 (several), Simple 1. LL is further capped at NCCL's llMaxBw: its bus bandwidth is
+    at most that figure, so the share is min(share, llMaxBw / Simple's bus bandwidth).
+
+    Examples
+    --------
+    >>> import topologies
+    >>> from .channels import channel_rings
+    >>> s = NcclSystem.of(topologies.from_spec("dgx_a100"), range(8))
+    >>> round(float(efficiency(s, channel_rings(s), "Ring", "LL")), 3)  # 87.7 of ~238 GB/s
+    0.368
+    """
+    key = ("eff", algo, proto, len(rings))
+    cache = system.__dict__.setdefault("_cache", {})
+    if key in cache:
+        return cache[key]
+    if algo == "Tree":
+        e = C.TREE_PROTOCOL_EFFICIENCY[proto]
+        if proto == "LL128":
+            e = e[0] if system.n_nodes == 1 else e[1]
+        e *= C.TREE_EFFICIENCY
+    elif algo in ("Ring", "P2P"):
+        e = C.PROTOCOL_EFFICIENCY[proto]
+    else:
+        e = 1.0
+    if proto == "LL" and algo in ("Ring", "Tree") and len(system.ranks) > 1:
+        row = system.arch if system.n_nodes == 1 else "intel"
+        cap = C.LL_MAX_BW[row][min(system.n_nodes, 3) - 1]
+        simple = efficiency(system, rings, algo, "Simple")
+        n = 1 << 30
+        p = len(system.ranks)
+        if algo == "Ring":
+            t = ring_time(system, rings, "allreduce", split(n, p), "Simple", simple)
+        else:
+            t = tree_time(system, rings, n, "Simple", simple)
+        busbw = 2 * (p - 1) / p * n / t
+        e = min(e, simple * cap / busbw)
+    cache[key] = e
+    return e
+
+
+def _facts(system: NcclSystem, stops: tuple, flow: int, algo: str, proto: str, eff: float):
+    hop = system.hop(stops, flow)
+    return hop, hop.inflation / eff, hop_latency(system, hop.net, algo, proto)
+
+
+def _rates(system: NcclSystem, hops: list) -> list:
+    """Bytes/s of each of ``hops`` when all run at once (bottleneck bandwidth / flows on it)."""
+    count = Counter(c for h in hops for c in h.channels)
+    G = system.G
+    return [min(G.edges[u, v]["bandwidth"] / count[(u, v)] for u, v in h.channels) for h in hops]
+
+
+def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
+              eff: float | None = None) -> float:
+    """Seconds of :func:`.builders.ring`: the launch latency ``baseLat`` plus, per channel, the
+    longer of
+
+    - the longest chain of ``S`` consecutive hops around the ring (a segment's path: it waits
+      for its data only), each hop ``wait + latency + ceil(segment x scale) / rate``, and
+    - the slowest hop's ``S`` segments back to back after one hop's latency (a slower hop
+      throttles the ring to its rate).
+
+    Exact when every hop is alike (the chain is then the longer); a bound otherwise."""
+    steps_of = RING_OPS[op][0]
+    blocks = np.asarray(blocks, dtype=np.int64)
+    per_channel = np.stack([split(int(x), len(rings)) for x in blocks], axis=1)
+    eff = efficiency(system, rings, "Ring", proto) if eff is None else eff
+    facts = [[_facts(system, st, rg.flow, "Ring", proto, eff) for st in rg.stops] for rg in rings]
+    rates = _rates(system, [f[0] for fs in facts for f in fs])
+    base = C.BASE_LATENCY["Ring"][proto]
+    best, k = 0.0, 0
+    for c, rg in enumerate(rings):
+        p = len(rg.order)
+        seg = int(per_channel[c].max())
+        d = np.empty(p)
+        lat = np.empty(p)
+        for r, (hop, scale, wait) in enumerate(facts[c]):
+            lat[r] = wait + hop.latency
+            d[r] = lat[r] + math.ceil(seg * scale) / rates[k]
+            k += 1
+        if p < 2:
+            continue
+        S = steps_of(p)
+        # The chain ending at hop r covers hops r, r-1, ..., r-S+1 (mod p).
+        laps, rest = divmod(S, p)
+        window = np.zeros(p)
+        for j in range(rest):
+            window += np.roll(d, j)
+        chain = laps * d.sum() + float(window.max())
+        throttle = S * float((d - lat).max()) + float(lat.max())
+        best = max(best, base + max(chain, throttle))
+    return best
+
+
+def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> float:
+    """Pipelined chain per channel (Pjesivac-Grbovic et al. 2007): the first chunk crosses
+    every hop with its wait, the other chunks follow one after another on the slowest hop."""
+    eff = efficiency(system, rings, "Ring", proto)
+    facts = [[_facts(system, st, rg.flow, "Ring", proto, eff) for st in rg.stops[:-1]]
+             for rg in rings]
+    rates = _rates(system, [f[0] for fs in facts for f in fs])
+    base = C.BASE_LATENCY["Ring"][proto]
+    best, k = 0.0, 0
+    for c, (rg, share) in enumerate(zip(rings, split(nbytes, len(rings)))):
+        sizes = [int(x) for x in split(int(share), _chunks(int(share), proto))]
+        mine = rates[k:k + len(facts[c])]
+        k += len(facts[c])
+        if not facts[c]:
+            continue
+
+        def d(i, size):
+            hop, scale, _ = facts[c][i]
+            return hop.latency + math.ceil(size * scale) / mine[i]
+
+        first = sum(facts[c][i][2] + d(i, sizes[0]) for i in range(len(facts[c])))
+        rest = sum(max(d(i, x) for i in range(len(facts[c]))) for x in sizes[1:])
+        best = max(best, base + first + rest)
+    return best
+
+
+def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
+              eff: float | None = None) -> float:
+    """Double binary trees, pipelined in chunks: the launch latency, the first chunk up the
+    deepest leaf-to-root path and back down (a link shared by the trees that cross it in the
+    same phase), then the other chunks on the slowest edge with the up and down flows of every
+    tree sharing links. Exact for one chunk on trees that cross links alike (one node); the
+    steady-state term is a bound (the engine overlaps phases partly)."""
+    eff = efficiency(system, rings, "Tree", proto) if eff is None else eff
+    trees = []
+    for rg, share in zip(rings, split(nbytes, len(rings))):
+        for tree, half in zip(channel_trees(system, rg), split(int(share), 2)):
+            trees.append((tree, int(half)))
+    gpu = system.gpu
+    info, phase_hops = {}, {"up": [], "down": []}
+    for tree, _ in trees:
+        for (a, b), stops in tree.stops.items():
+            down = stops if stops[0] == gpu(a) else tuple(reversed(stops))
+            for phase, st in (("down", down), ("up", tuple(reversed(down)))):
+                f = _facts(system, st, tree.flow, "Tree", proto, eff)
+                info[(id(tree), st[0], st[-1])] = (f, phase, len(phase_hops[phase]))
+                phase_hops[phase].append(f[0])
+    rate = {ph: _rates(system, hops) for ph, hops in phase_hops.items()}
+    both = _rates(system, phase_hops["up"] + phase_hops["down"])
+    n_up = len(phase_hops["up"])
+
+    def t(tree, a, b, size, first):
+        (hop, scale, wait), ph, i = info[(id(tree), gpu(a), gpu(b))]
+        r = rate[ph][i] if first else both[i + (n_up if ph == "down" else 0)]
+        return (wait if first else 0.0) + hop.latency + math.ceil(size * scale) / r
+
+    best = 0.0
+    for tree, half in trees:
+        sizes = [int(x) for x in split(half, _chunks(half, proto))]
+        worst = slow = 0.0
+        for leaf in (r for r in tree.parent if not tree.children[r]):
+            path = [leaf]
+            while tree.parent[path[-1]] >= 0:
+                path.append(tree.parent[path[-1]])
+            pairs = list(zip(path, path[1:]))
+            worst = max(worst, sum(t(tree, a, b, sizes[0], True) for a, b in pairs)
+                        + sum(t(tree, b, a, sizes[0], True) for a, b in pairs))
+            for a, b in pairs:
+                slow = max(slow, t(tree, a, b, sizes[0], False), t(tree, b, a, sizes[0], False))
+        best = max(best, C.BASE_LATENCY["Tree"][proto] + worst + (len(sizes) - 1) * slow)
+    return best
+
+
+def nvls_time(system: NcclSystem, nbytes: int) -> float:
+    """All-pairs exchange of ``n (1 + 1/p) / (p - 1)``: one step of the slowest pair."""
+    group = list(system.ranks)
+    p = len(group)
+    if p < 2:
+        return 0.0
+    pair = math.ceil(nbytes * (1 + 1 / p) / (p - 1))
+    eff = C.NVLS_EFFICIENCY[system.arch]
+    hops = [system.hop((system.gpu(x), system.gpu(y))) for x in group for y in group if x != y]
+    rates = _rates(system, hops)
+    lat = C.HOP_LATENCY["nvlink"]["NVLS"]["Simple"]
+    return max(lat + h.latency + math.ceil(pair * h.inflation / eff) / r
+               for h, r in zip(hops, rates))
+
+
+def nvls_tree_time(system: NcclSystem, rings: list, nbytes: int) -> float:
+    """NVLS halves inside nodes and a rail tree between them, pipelined: the launch, one chunk
+    through every stage, then the other chunks through the slowest stage (each GPU's shard on
+    the NICs :func:`.builders.rail_ring` gives it, both halves at once)."""
+    from .builders import rail_ring
+
+    g = system.ppn
+    chunks = split(nbytes, _chunks(math.ceil(nbytes / g), "Simple"))
+    c0 = int(chunks[0])
+    eff = C.NVLS_EFFICIENCY[system.arch]
+    grp = list(system.nodes[0])
+    intra = 0.0
+    if g > 1:
+        pair = math.ceil(c0 * (1 + 1 / g) / 2 / (g - 1))
+        hops = [system.hop((system.gpu(x), system.gpu(y))) for x in grp for y in grp if x != y]
+        rates = _rates(system, hops)
+        intra = max(h.latency + math.ceil(pair * h.inflation / eff) / r for h, r in zip(hops, rates))
+    shard = math.ceil(c0 / g)
+    H = system.n_nodes
+    facts = []
+    for j in range(g):
+        for t in range(2):
+            rg = rail_ring(system, rings, j, t)
+            st = next((st for st in rg.stops if len(st) > 2), None)
+            if st is not None:
+                facts.append(_facts(system, st, rg.flow, "NVLSTree", "Simple", 1.0))
+    if not facts:
+        return intra
+    # every rail sends up and receives down at once: both directions of its legs
+    rates = _rates(system, [f[0] for f in facts])
+    half = math.ceil(shard / 2)
+    inter_one = max(h.latency + math.ceil(half * s) / r for (h, s, _), r in zip(facts, rates))
+    wait = max(w for _, _, w in facts)
+    depth = max(1, (H - 1).bit_length())
+    lat = C.HOP_LATENCY["nvlink"]["NVLSTree"]["Simple"]
+    first = lat + 2 * intra + 2 * depth * (wait + inter_one)
+    return first + (len(chunks) - 1) * max(intra, inter_one)
+
+
+def p2p_time(system: NcclSystem, sizes: dict, proto: str = "Simple") -> float:
+    """All sends at once: the slowest ``wait + latency + wire bytes / shared rate``."""
+    from .builders import p2p_alltoall  # noqa: F401  (same routing rule)
+
+    items = [(x, y, n) for (x, y), n in sorted(sizes.items()) if x != y]
+    if not items:
+        return 0.0
+    k = min((len(n) for n in system.nics), default=0)
+    facts = []
+    for x, y, _ in items:
+        hx, hy = system.node_of(x), system.node_of(y)
+        if hx != hy and k:
+            j = system.nodes[hy].index(y) % k
+            nic_x, nic_y = system.nics[hx][j], system.nics[hy][j]
+            proxy = system.near[nic_x][0]
+            via = ((system.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
+            facts.append(_facts(system, (system.gpu(x), *via, system.gpu(y)), j, "Ring", proto,
+                                C.PROTOCOL_EFFICIENCY[proto]))
+        else:
+            facts.append(_facts(system, (system.gpu(x), system.gpu(y)), 0, "Ring", proto,
+                                C.PROTOCOL_EFFICIENCY[proto]))
+    rates = _rates(system, [f[0] for f in facts])
+    return max(w + h.latency + math.ceil(int(n) * s) / r
+               for (_, _, n), (h, s, w), r in zip(items, facts, rates))

@@ -1,0 +1,250 @@
+"""What NCCL's topology detection sees in a graph: nodes, link types, NICs, architecture.
+
+NCCL (src/graph/topo.cc, paths.cc) groups ranks by host, classifies the paths between GPUs of
+a host (NVLink, PCI) and between a GPU and its NICs, and reads the GPUs' compute capability.
+:class:`NcclSystem` does the same on a topology graph:
+
+- a *node* is a host: the ``host`` attribute that :func:`topologies.cluster` sets, or else the
+  GPUs joined by intra-machine links (NVLink, NVSwitch, PCIe, socket links); GPUs of a generic
+  graph (``switch:16``) are then one node each, as single-GPU hosts on a network;
+- the intra-node hardware is ``"nvlink"`` when every pair of a node's GPUs is joined over
+  NVLink or NVSwitch links only, else ``"pci"``;
+- a node's NICs, each with its local GPUs ordered by path latency (the GPUs on the NIC's PCIe
+  switch first: the ones NCCL pairs with that NIC);
+- the usable bandwidth of a link: NCCL drives an NVLink at its topo.h figure (20 GB/s of the
+  25 GB/s line rate on sm80, ...) and a PCIe link at 0.76 of its line rate; network links at
+  their line rate. :meth:`NcclSystem.inflation` turns that into wire bytes per payload byte.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from ...errors import ConfigError
+from . import constants as C
+
+#: Link classes inside one machine; every other class is a network link.
+INTRA_CLASSES = frozenset({"nvlink", "nvswitch", "pcie", "qpi", "upi", "xgmi", "socket", "c2c"})
+NVLINK_CLASSES = frozenset({"nvlink", "nvswitch"})
+
+
+def _link_class(d: dict) -> str:
+    return str(d.get("link") or "default")
+
+
+@dataclass
+class NcclSystem:
+    """The NCCL view of ``ranks`` on graph ``G`` (build with :meth:`of`).
+
+    Attributes
+    ----------
+    ranks : tuple of int
+        Participating ranks, in order.
+    nodes : tuple of tuple of int
+        Ranks per node (host), nodes in order of their lowest rank.
+    sm : int or None
+        Smallest compute capability x 10 among the GPUs (None when the graph does not say).
+    intra_hw : str
+        ``"nvlink"`` or ``"pci"``: NCCL's intra-node hardware row.
+    nvswitch : bool
+        Every node's GPUs share an NVSwitch (NVLS needs it, and Hopper or newer).
+    nics : tuple of tuple of str
+        NIC node ids of each node (empty for a node with none).
+    near : dict
+        NIC node id -> local ranks of its node, nearest first.
+    """
+
+    G: nx.Graph
+    ranks: tuple
+    nodes: tuple
+    sm: int | None
+    intra_hw: str
+    nvswitch: bool
+    nics: tuple
+    near: dict
+    _router: object = field(default=None, repr=False)
+    _gpu: list = field(default_factory=list, repr=False)
+    _node_of: dict = field(default_factory=dict, repr=False)
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def of(cls, G: nx.Graph, ranks) -> "NcclSystem":
+        """Analyse ``G`` for the participating ``ranks`` (a sequence of distinct ints).
+
+        Examples
+        --------
+        >>> import topologies
+        >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16))
+        >>> len(s.nodes), s.intra_hw, s.arch, len(s.nics[0])
+        (2, 'nvlink', 'ampere', 8)
+        """
+        import topologies
+
+        if G is None:
+            raise ConfigError("NCCL algorithms need graph= (the topology the ranks run on)")
+        gpus = topologies.gpus(G)
+        ranks = tuple(int(r) for r in ranks)
+        bad = [r for r in ranks if r >= len(gpus)]
+        if bad:
+            raise ConfigError(f"ranks {bad[:5]} are not in the graph {G.graph.get('name', '')!r} "
+                              f"({len(gpus)} GPUs)")
+        groups = _group_by_node(G, gpus, ranks)
+        sms = [G.nodes[gpus[r]].get("sm") for r in ranks]
+        sm = None if any(s is None for s in sms) else int(min(sms))
+        router = topologies.Router(G)
+        intra_hw = "nvlink"
+        nvswitch = True
+        for grp in groups:
+            nodes = {gpus[r] for r in grp}
+            if len(grp) < 2:
+                continue
+            if not all(_over(G, router, gpus[a], gpus[b], NVLINK_CLASSES)
+                       for a in grp for b in grp if a < b):
+                intra_hw = "pci"
+            if not any(d.get("kind") == "switch" and d.get("fabric") == "nvswitch"
+                       and nodes <= set(G.neighbors(n)) for n, d in G.nodes(data=True)):
+                nvswitch = False
+        if all(len(g) < 2 for g in groups):
+            nvswitch = False
+            intra_hw = "pci" if sm is None else "nvlink"
+        nics, near = [], {}
+        node_of = {}
+        for i, grp in enumerate(groups):
+            for r in grp:
+                node_of[r] = i
+            mine = _nics_of(G, gpus, grp)
+            nics.append(tuple(mine))
+            for n in mine:
+                near[n] = tuple(sorted(grp, key=lambda r: (router.latency(n, gpus[r]), r)))
+        return cls(G=G, ranks=ranks, nodes=tuple(tuple(g) for g in groups), sm=sm,
+                   intra_hw=intra_hw, nvswitch=nvswitch, nics=tuple(nics), near=near,
+                   _router=router, _gpu=gpus, _node_of=node_of)
+
+    # -- facts ------------------------------------------------------------------------------
+    @property
+    def arch(self) -> str:
+        """NCCL's architecture row: ``volta``, ``ampere``, ``hopper`` or ``blackwell``."""
+        return C.arch_of(self.sm)
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def ppn(self) -> int:
+        """Ranks per node (the smallest node's count)."""
+        return min(len(g) for g in self.nodes)
+
+    def gpu(self, rank: int) -> str:
+        """Node id of ``rank``'s GPU."""
+        return self._gpu[rank]
+
+    def node_of(self, rank: int) -> int:
+        return self._node_of[rank]
+
+    @property
+    def router(self):
+        return self._router
+
+    def ll128_enabled(self) -> bool:
+        """tuning.cc: LL128 only over NVLink inside nodes, on Volta or newer GPUs of one kind."""
+        return self.intra_hw == "nvlink" and self.sm is not None and self.sm >= 70
+
+    def nvls_enabled(self) -> bool:
+        """NVLS needs NVSwitch and Hopper or newer (search.cc; nvls.cc nvlsEfficiency > 0)."""
+        return self.nvswitch and C.NVLS_EFFICIENCY[self.arch] > 0
+
+    # -- links --------------------------------------------------------------------------------
+    def usable_fraction(self, d: dict) -> float:
+        """Fraction of a link's line rate NCCL moves data at (topo.h figures)."""
+        k = _link_class(d)
+        if k in NVLINK_CLASSES:
+            return C.nvlink_efficiency(self.sm)
+        if k == "pcie":
+            return C.PCI_EFFICIENCY
+        return 1.0
+
+    def hop(self, stops: tuple, flow: int = 0) -> "Hop":
+        """Path facts of a hop through node ids ``stops`` (src, via..., dst)."""
+        chans, lat = [], 0.0
+        for a, b in zip(stops, stops[1:]):
+            c = self._router.channels(a, b, flow)
+            chans.extend(c)
+            lat += sum(self.G.edges[u, v]["latency"] for u, v in c)
+        raw = min(self.G.edges[u, v]["bandwidth"] for u, v in chans)
+        usable = min(self.G.edges[u, v]["bandwidth"] * self.usable_fraction(self.G.edges[u, v])
+                     for u, v in chans)
+        net = any(_link_class(self.G.edges[u, v]) not in INTRA_CLASSES for u, v in chans)
+        return Hop(tuple(chans), lat, raw, usable, net)
+
+
+@dataclass(frozen=True)
+class Hop:
+    """A route's directed links, latency (s), line-rate and usable bottleneck (bytes/s), and
+    whether it crosses a network link."""
+
+    channels: tuple
+    latency: float
+    raw: float
+    usable: float
+    net: bool
+
+    @property
+    def inflation(self) -> float:
+        """Wire bytes per payload byte that make the line-rate bottleneck carry payload at the
+        usable rate."""
+        return self.raw / self.usable
+
+
+def _over(G, router, a, b, classes) -> bool:
+    return all(_link_class(G.edges[u, v]) in classes for u, v in router.channels(a, b))
+
+
+def _group_by_node(G, gpus, ranks) -> list:
+    hosts = [G.nodes[gpus[r]].get("host") for r in ranks]
+    if all(h is not None for h in hosts):
+        groups: dict = {}
+        for r, h in zip(ranks, hosts):
+            groups.setdefault(h, []).append(r)
+        return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
+    # No host attribute: machines are what intra-machine links join.
+    H = nx.Graph()
+    H.add_nodes_from(G.nodes)
+    H.add_edges_from((u, v) for u, v, d in G.edges(data=True) if _link_class(d) in INTRA_CLASSES)
+    comp = {}
+    for i, part in enumerate(nx.connected_components(H)):
+        for n in part:
+            comp[n] = i
+    groups = {}
+    for r in ranks:
+        groups.setdefault(comp[gpus[r]], []).append(r)
+    return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
+
+
+def _nics_of(G, gpus, grp) -> list:
+    """NIC node ids of the machine holding ranks ``grp``, in natural name order."""
+    host = G.nodes[gpus[grp[0]]].get("host")
+    if host is not None:
+        found = [n for n, d in G.nodes(data=True) if d.get("kind") == "nic" and d.get("host") == host]
+    else:
+        H = nx.Graph()
+        H.add_node(gpus[grp[0]])
+        H.add_edges_from((u, v) for u, v, d in G.edges(data=True)
+                         if _link_class(d) in INTRA_CLASSES)
+        found = [n for n in nx.node_connected_component(H, gpus[grp[0]])
+                 if G.nodes[n].get("kind") == "nic"]
+    return sorted(found, key=_natural)
+
+
+def _natural(name: str):
+    """Sort key that orders nic2 before nic10."""
+    import re
+
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(name))]
+
+
+def log2i(n: int) -> int:
+    """floor(log2 n) for n >= 1 (NCCL's log2i)."""
+    return int(math.floor(math.log2(n))) if n >= 1 else 0

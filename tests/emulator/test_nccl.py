@@ -1,0 +1,295 @@
+"""Collectives as NCCL runs them: closed forms against the engine, channels on every preset,
+NCCL's choice of (algorithm, protocol), overrides and errors."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import emulator
+import topologies
+from emulator.collectives import ALGORITHMS, NCCL_ALGORITHMS, build_schedule, nccl
+from emulator.collectives.nccl import NcclSystem, channel_rings, constants as C, parse_list
+from emulator.errors import ConfigError
+
+_GRAPHS: dict = {}
+
+
+def graph(spec):
+    if spec not in _GRAPHS:
+        _GRAPHS[spec] = topologies.from_spec(spec)
+    return _GRAPHS[spec]
+
+
+def run(spec, op, name, nbytes, proto=None, channels=None, payload_bytes=None):
+    G = graph(spec)
+    s = build_schedule(op, name, len(topologies.gpus(G)), nbytes, graph=G, protocol=proto,
+                       channels=channels, payload_bytes=payload_bytes)
+    return s, emulator.simulate(G, s)
+
+
+# -- closed forms ----------------------------------------------------------------------------
+EXACT = [
+    *[("dgx_a100", op, "nccl_ring", p, 1 << 24) for op in ("allreduce", "allgather",
+                                                          "reduce_scatter", "broadcast")
+      for p in nccl.PROTOCOLS],
+    # one chunk per tree half (LL's step is 32 KiB): the two chains of a node cross the same
+    # links in step
+    *[("dgx_a100", "allreduce", "nccl_tree", p, 1 << 16 if p == "LL" else 1 << 18)
+      for p in nccl.PROTOCOLS],
+    *[("switch:8", "allreduce", "nccl_ring", p, 3_000_001) for p in ("LL", "Simple")],
+    ("ring:6", "allgather", "nccl_ring", "Simple", 600_000),
+    ("dgx_h100", "allreduce", "nccl_nvls", "Simple", 1 << 26),
+    ("hgx_b200", "allreduce", "nccl_nvls", "Simple", 1 << 26),
+    *[("dgx_a100", "alltoall", "nccl_p2p", p, 1 << 24) for p in ("LL", "Simple")],
+    # six rings on 1- and 2-lane NVLinks: equal shares, but split() leaves a byte more on some
+    # segments, so flows on a shared lane end a few ns apart
+    ("dgx1_v100", "allreduce", "nccl_ring", "Simple", 1 << 24),
+    ("dgx1_v100", "allreduce", "nccl_ring", "LL128", 1 << 20),
+]
+
+
+@pytest.mark.parametrize("spec, op, name, proto, nbytes", EXACT)
+def test_closed_form_is_the_engine_on_uncongested_schedules(spec, op, name, proto, nbytes):
+    s, r = run(spec, op, name, nbytes, proto)
+    d = s.detail["nccl"]
+    assert d["protocol"] == proto
+    assert r.time_s == pytest.approx(d["predicted_s"], rel=1e-3 if spec == "dgx1_v100" else 1e-9)
+
+
+@pytest.mark.parametrize("spec, name, nbytes, rel", [
+    ("pcie_box:gpus=8,pcie_gen=4", "nccl_ring", 1 << 24, 0.05),
+    ("cluster:dgx_a100x2", "nccl_ring", 1 << 24, 0.10),
+    ("cluster:dgx_h100x2", "nccl_nvls_tree", 1 << 24, 0.20),
+    ("cluster:dgx1_v100x2", "nccl_ring", 1 << 22, 0.25),
+])
+def test_closed_form_bounds_congested_schedules(spec, name, nbytes, rel):
+    # Channels that meet on shared links at different times: the closed form is NCCL's kind
+    # of estimate (it picks the algorithm), the engine the prediction; they stay close.
+    s, r = run(spec, "allreduce", name, nbytes, "Simple")
+    assert r.time_s == pytest.approx(s.detail["nccl"]["predicted_s"], rel=rel)
+
+
+def test_ring_closed_form_by_hand():
+    # dgx_a100, 8 GPUs on one NVSwitch (300 GB/s per GPU link, 0.6 us GPU to GPU), Simple:
+    # launch 8.4 us, then 14 steps of 3.4 us (NCCL's per-step latency) + 0.6 us (the path's)
+    # + a segment at NCCL's 20 of 25 GB/s per NVLink, i.e. 1.25 wire bytes per byte at 300 GB/s.
+    n = 1 << 30
+    s, r = run("dgx_a100", "allreduce", "nccl_ring", n, "Simple")
+    want = 8.4e-6 + 14 * (3.4e-6 + 0.6e-6 + math.ceil(n / 8 * 1.25) / 300e9)
+    assert r.time_s == pytest.approx(want, rel=1e-9)
+    assert r.busbw == pytest.approx(2 * 7 / 8 * n / want)
+    assert 230e9 < r.busbw < 240e9           # NCCL's own figure: 12 NVLinks x 20 GB/s
+
+
+def test_nvls_closed_form_by_hand():
+    # dgx_h100: every GPU sends and receives n (1 + 1/8) bytes through its 450 GB/s NVSwitch
+    # link, at NCCL's 20.6 of 25 GB/s per NVLink times NVLS's 0.85, after 25 us (+ 0.6 us path).
+    n = 1 << 30
+    s, r = run("dgx_h100", "allreduce", "nccl_nvls", n)
+    pair = math.ceil(n * (1 + 1 / 8) / 7)
+    want = 25e-6 + 0.6e-6 + math.ceil(pair * (25 / 20.6) / 0.85) / (450e9 / 7)
+    assert r.time_s == pytest.approx(want, rel=1e-9)
+    # NCCL on DGX H100: ~480 GB/s busbw (sjeaugey, NVIDIA/nccl-tests#212)
+    assert 450e9 < r.busbw < 510e9
+
+
+# -- channels ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(topologies.PRESETS))
+def test_one_node_rings_visit_every_gpu_once(name):
+    G = graph(name)
+    p = len(topologies.gpus(G))
+    system = NcclSystem.of(G, range(p))
+    rings = channel_rings(system)
+    assert len(system.nodes) == 1
+    for rg in rings:
+        assert sorted(rg.order) == list(range(p))
+        assert len(rg.stops) == p
+        for i, st in enumerate(rg.stops):
+            assert st[0] == system.gpu(rg.order[i]) and st[-1] == system.gpu(rg.order[(i + 1) % p])
+    if system.nvswitch or system.intra_hw == "pci":
+        assert len(rings) == 1                 # a switch: further rings repeat the same links
+
+
+def test_dgx1_rings_use_every_nvlink_lane_once_each_way():
+    G = graph("dgx1_v100")
+    system = NcclSystem.of(G, range(8))
+    rings = channel_rings(system)
+    assert len(rings) == 6                      # 3 lane-disjoint Hamiltonian cycles x 2 ways
+    use: dict = {}
+    for rg in rings:
+        for st in rg.stops:
+            assert len(st) == 2 and G.edges[st]["link"] == "nvlink"
+            use[st] = use.get(st, 0) + 1
+    for (a, b), k in use.items():
+        assert k == G.edges[a, b]["lanes"]       # each direction of each lane carries one ring
+
+
+@pytest.mark.parametrize("name", sorted(topologies.PRESETS))
+def test_cluster_rings_are_rail_aligned(name):
+    G = graph(f"cluster:{name}x2")
+    p = len(topologies.gpus(G))
+    system = NcclSystem.of(G, range(p))
+    rings = channel_rings(system)
+    nics = system.nics
+    assert len(system.nodes) == 2 and len(nics[0]) >= 1
+    assert len(rings) == len(nics[0])           # one channel per NIC
+    for c, rg in enumerate(rings):
+        assert sorted(rg.order) == list(range(p))
+        inter = [st for st in rg.stops if len(st) > 2]
+        assert len(inter) == 2                   # one hop out of each node
+        for st in inter:
+            src, dst = st[1], st[-2]
+            assert src in (nics[0][c], nics[1][c]) and dst in (nics[0][c], nics[1][c])
+            assert src.split(".", 1)[1] == dst.split(".", 1)[1]     # same NIC index: one rail
+            # the GPUs that leave and enter are the NIC's nearest
+            lat = system.router.latency
+            for gpu_node, nic in ((st[0], src), (st[-1], dst)):
+                best = min(lat(nic, system.gpu(r)) for r in system.near[nic])
+                assert lat(nic, gpu_node) == pytest.approx(best)
+
+
+def test_balanced_fabric_paths_avoid_shared_spine_links():
+    G = graph("cluster:dgx_a100x8")
+    system = NcclSystem.of(G, range(64))
+    load: dict = {}
+    for rg in channel_rings(system):
+        for st in rg.stops:
+            if len(st) > 4:
+                for e in zip(st[1:-1], st[2:-1]):
+                    load[e] = load.get(e, 0) + 1
+    assert load and max(load.values()) == 1
+
+
+# -- NCCL's choice ----------------------------------------------------------------------------
+def test_choice_is_the_fastest_candidate_and_moves_from_ll_to_simple():
+    G = graph("dgx_a100")
+    seen = []
+    for k in range(3, 31, 3):
+        p = nccl.plan(G, "allreduce", 1 << k)
+        assert p.predicted_s == min(t for _, _, t in p.candidates)
+        seen.append(p.protocol)
+    assert seen[0] == "LL" and seen[-1] == "Simple"
+    order = [nccl.PROTOCOLS.index(x) for x in seen]
+    assert order == sorted(order)               # latency-bound to bandwidth-bound, no going back
+
+
+@pytest.mark.parametrize("spec, nbytes, algo", [
+    ("dgx_h100", 1 << 30, "NVLS"),
+    ("hgx_h200", 1 << 30, "NVLS"),
+    ("dgx_a100", 1 << 30, "Ring"),              # no NVLS before Hopper
+    ("cluster:dgx_h100x2", 1 << 30, "NVLSTree"),
+    ("cluster:dgx_a100x4", 8, "Tree"),          # log-depth latency wins for tiny messages
+    ("cluster:dgx_a100x4", 1 << 30, "Ring"),
+])
+def test_choice_per_system(spec, nbytes, algo):
+    assert nccl.plan(graph(spec), "allreduce", nbytes).algorithm == algo
+
+
+def test_ll128_only_over_nvlink():
+    assert "LL128" in {p for _, p, _ in nccl.plan(graph("dgx_a100"), "allreduce", 1 << 20).candidates}
+    assert "LL128" not in {p for _, p, _ in nccl.plan(graph("pcie_box:gpus=8,pcie_gen=4"),
+                                                      "allreduce", 1 << 20).candidates}
+
+
+def test_overrides_in_nccl_algo_and_proto_syntax():
+    G = graph("dgx_h100")
+    assert nccl.plan(G, "allreduce", 1 << 30, algo="Ring").algorithm == "Ring"
+    assert nccl.plan(G, "allreduce", 1 << 30, algo="^nvls").algorithm in ("Ring", "Tree")
+    assert nccl.plan(G, "allreduce", 8, proto="^LL").protocol in ("LL128", "Simple")
+    assert nccl.plan(G, "allreduce", 8, proto="simple").protocol == "Simple"
+    s, _ = run("dgx_h100", "allreduce", "nccl", 1 << 20, proto="LL128")
+    assert s.detail["nccl"]["protocol"] == "LL128"
+
+
+def test_parse_list():
+    assert parse_list("Ring,Tree", nccl.ALGOS, "algorithm") == ("Tree", "Ring")
+    assert parse_list("^LL", nccl.PROTOCOLS, "protocol") == ("LL128", "Simple")
+    assert parse_list(None, nccl.PROTOCOLS, "protocol") == nccl.PROTOCOLS
+
+
+@pytest.mark.parametrize("call, words", [
+    (lambda: nccl.plan(graph("dgx_a100"), "allreduce", 8, proto="LL64"),
+     r"protocol='LL64': 'LL64' is not one of LL, LL128, Simple"),
+    (lambda: nccl.plan(graph("dgx_a100"), "allreduce", 8, algo="NVLS"),
+     r"leave nothing NCCL runs for allreduce on this topology; it runs: Ring, Tree"),
+    (lambda: nccl.plan(graph("dgx_a100"), "allgather", 8, algo="Tree"),
+     r"it runs: Ring"),
+    (lambda: nccl.plan(graph("dgx_a100"), "scan", 8), r"op='scan' has no NCCL algorithm"),
+    (lambda: nccl.plan(graph("cluster:dgx_h100x2"), "allreduce", 8, algo="NVLS"),
+     r"it runs: NVLSTree, Ring, Tree"),
+    (lambda: nccl.plan(graph("dgx_a100"), "allreduce", 8, channels=40),
+     r"channels=40: this topology carries 1..32 channels"),
+    (lambda: nccl.plan(graph("dgx_a100"), "allreduce", 8, channels=0),
+     r"channels=0: this topology carries 1..32"),
+    (lambda: nccl.plan(graph("dgx1_v100"), "allreduce", 8, channels=13),
+     r"channels=13: this topology carries 1..12 channels \(twice the 6 distinct ring"),
+    (lambda: build_schedule("allreduce", "ring", 4, 8, protocol="LL"),
+     r"only NCCL algorithms .* take them, not algorithm='ring'"),
+    (lambda: build_schedule("allreduce", "nccl", 4, 8),
+     r"NCCL algorithms need graph="),
+    (lambda: build_schedule("allgather", "nccl_tree", 4, 8, graph=graph("dgx_a100")),
+     r"algorithm='nccl_tree' is not known for op='allgather'"),
+])
+def test_errors_name_the_value_and_what_is_allowed(call, words):
+    with pytest.raises(ConfigError, match=words):
+        call()
+
+
+# -- schedules --------------------------------------------------------------------------------
+def test_every_nccl_algorithm_builds_valid_schedules():
+    for (op, name) in sorted(NCCL_ALGORITHMS):
+        G = graph("dgx_h100" if name == "nccl_nvls" else "cluster:dgx_h100x2")
+        p = len(topologies.gpus(G))
+        kw = {}
+        if "qsgd" in name:
+            kw["payload_bytes"] = [1000 + 13 * j for j in range(p)]
+        s = build_schedule(op, name, p, 1 << 20, graph=G, **kw)
+        owner = np.repeat(np.arange(len(s)), np.diff(s.dep_ptr))
+        assert np.all(s.dep_idx < owner)
+        assert s.detail["nccl"]["algorithm"] in nccl.ALGOS + ("P2P",)
+        r = emulator.simulate(G, s)
+        assert r.bytes_received == r.bytes_sent > 0
+
+
+def test_message_is_split_across_channels():
+    s, r = run("cluster:dgx_a100x2", "allreduce", "nccl_ring", 16 * 8 * 1000, "Simple")
+    assert s.detail["nccl"]["channels"] == 8
+    # every NIC carries one channel's share each way
+    nic_bytes = {l.u: l.bytes for l in r.links if l.u.endswith(tuple(f"nic{j}" for j in range(8)))
+                 and ("spine" in l.v or "leaf" in l.v)}
+    assert len(nic_bytes) == 16 and len(set(nic_bytes.values())) == 1
+
+
+def test_qsgd_transports_move_payloads_on_nccl_channels():
+    pb = [5000 + 7 * j for j in range(16)]
+    s, r = run("cluster:dgx_a100x2", "allreduce", "nccl_qsgd_allgather", 1 << 20, payload_bytes=pb)
+    assert s.detail["payload_bytes"] == 15 * sum(pb)
+    assert s.detail["nccl"]["channels"] == 8
+    s2, r2 = run("cluster:dgx_a100x2", "allreduce", "nccl_qsgd_scatter_reduce_allgather", 1 << 20,
+                 payload_bytes=pb)
+    assert set(s2.tags) >= {"scatter", "reduce", "allgather"}
+    net = emulator.Network(graph("cluster:dgx_a100x2"))
+    assert net.algorithm == "nccl" and net.resolve("allreduce", "qsgd_allgather") == "nccl_qsgd_allgather"
+    t, sent = net.collective("allreduce", "qsgd_allgather", 1 << 20, pb)
+    assert t == pytest.approx(r.time_s) and sent == pytest.approx(15 * sum(pb) / 16)
+
+
+def test_constants_are_ncclss():
+    assert C.nvlink_efficiency(90) == pytest.approx(20.6 / 25)
+    assert C.nvlink_efficiency(100) == pytest.approx(40.1 / 50)
+    assert C.arch_of(70) == "volta" and C.arch_of(100) == "blackwell"
+    assert C.HOP_LATENCY["net"]["Ring"]["Simple"] == pytest.approx(14e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fabric", sorted(topologies.FABRICS))
+@pytest.mark.parametrize("name", sorted(topologies.PRESETS))
+def test_every_preset_runs_in_every_fabric(name, fabric):
+    G = graph(f"cluster:{name}x3,fabric={fabric}")
+    p = len(topologies.gpus(G))
+    system = NcclSystem.of(G, range(p))
+    plan = nccl.plan(G, "allreduce", 64 << 20, system=system)
+    assert plan.channels == len(system.nics[0]) and plan.predicted_s > 0
+    assert all(sorted(rg.order) == list(range(p)) for rg in channel_rings(system))

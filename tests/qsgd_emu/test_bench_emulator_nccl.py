@@ -1,0 +1,28 @@
+"""``qsgd-emu bench emulator --nccl``: NCCL's model with channels next to the textbook ring.
+
+No timing assertions: speed is what the benchmark measures, not a unit test.
+"""
+import json
+
+from qsgd_emu.cli import main
+
+
+def test_nccl_rows_simulate_channels_and_match_the_closed_form(capsys):
+    assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--nccl", "16",
+                 "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["rows"]) == 1 and d["rows"][0]["gpus"] == 32
+    (r,) = d["nccl"]
+    assert r["gpus"] == 16 and r["channels"] == 8
+    # Channels share NVSwitch links: the event loop ran.
+    assert r["events"] > 0
+    assert abs(r["closed_form_s"] / r["time_s"] - 1) < 0.15
+
+
+def test_nccl_table_and_bad_counts(capsys):
+    assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--nccl", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "as NCCL runs it on cluster:dgx_a100xN" in out and "   16 " in out
+    assert main(["bench", "emulator", "--sizes", "32", "--nccl", "12"]) == 2
+    err = capsys.readouterr().err
+    assert "--nccl" in err and err.count("\n") == 1

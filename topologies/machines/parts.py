@@ -1,0 +1,90 @@
+"""Datasheet figures and building blocks shared by the machine presets.
+
+Bandwidths are per direction in bytes/s, latencies in seconds. Each figure names its source;
+docs/hardware.md gathers them in one table.
+
+- NVLink: 25 GB/s per direction per link for NVLink 2, 3 and 4 (V100, A100 and H100
+  datasheets: 6 links = 300 GB/s, 12 links = 600 GB/s, 18 links = 900 GB/s, all
+  bidirectional); NVLink 5 doubles it to 50 GB/s (B200 datasheet: 18 links = 1.8 TB/s).
+- PCIe x16 per direction: gen3 8 GT/s, gen4 16 GT/s, gen5 32 GT/s with 128b/130b coding
+  (PCI Express base specification): 15.75, 31.5 and 63 GB/s.
+- NICs at their line rate: EDR 100 Gb/s, HDR 200 Gb/s, NDR 400 Gb/s InfiniBand; 100, 200 and
+  400 Gb/s Ethernet (RoCE, EFA, TCPXO).
+- QPI at 9.6 GT/s (Xeon E5 v4): 19.2 GB/s per direction.
+
+Latencies are modelling choices of the right order, not datasheet figures: a GPU-to-GPU NVLink
+hop costs 0.6 us (two 0.3 us links through an NVSwitch), a PCIe link 0.5 us and a socket link
+0.5 us, so that shortest-latency routing prefers NVLink to PCIe exactly as NCCL does. NCCL's
+own per-hop figures (src/graph/tuning.cc) are applied by the emulator's NCCL model, not here.
+"""
+from __future__ import annotations
+
+import networkx as nx
+
+from .._graph import add_gpu, add_link, add_node, new_graph
+
+NVLINK_LANE = 25e9          # bytes/s per direction of one NVLink (gen 2, 3 and 4 alike)
+NVLINK5_LANE = 50e9         # NVLink 5 (Blackwell)
+NVLINK3_GPU = 12 * NVLINK_LANE
+NVLINK4_GPU = 18 * NVLINK_LANE
+NVLINK5_GPU = 18 * NVLINK5_LANE
+PCIE_X16 = {3: 15.75e9, 4: 31.5e9, 5: 63e9}
+GBIT = 1e9 / 8              # bytes/s of 1 Gb/s
+EDR, HDR, NDR = 100 * GBIT, 200 * GBIT, 400 * GBIT
+QPI = 19.2e9
+
+NVLINK_LATENCY = 0.6e-6     # a direct GPU-GPU NVLink hop
+NVSWITCH_LATENCY = 0.3e-6   # GPU to the NVSwitch fabric: GPU-GPU = 0.6 us, like a direct hop
+PCIE_LATENCY = 0.5e-6
+SOCKET_LATENCY = 0.5e-6
+
+#: CUDA compute capability x 10 of each GPU model the presets use (NVIDIA CUDA GPUs list);
+#: the NCCL model reads it to pick its per-architecture constants.
+COMPUTE_CAPABILITY = {
+    "K80-GK210": 37, "V100-SXM2": 70, "A100-SXM4": 80, "H100-SXM5": 90, "H200-SXM": 90,
+    "B200-SXM": 100,
+}
+
+
+def nic(G: nx.Graph, node: str, bandwidth: float, protocol: str = "ib") -> None:
+    """A NIC with its line rate (bytes/s) and wire protocol ("ib", "roce", "efa", "ethernet")."""
+    add_node(G, node, "nic", bandwidth=float(bandwidth), protocol=protocol)
+
+
+def gpu(G: nx.Graph, node: str, rank: int, model: str) -> None:
+    """A GPU of ``model``, with its compute capability when the model is known."""
+    attrs = {"model": model}
+    if model in COMPUTE_CAPABILITY:
+        attrs["sm"] = COMPUTE_CAPABILITY[model]
+    add_gpu(G, node, rank, **attrs)
+
+
+def nvswitch_box(name: str, model: str, gpu_bw: float, nic_bw: float, pcie_gen: int, *,
+                 nics: int = 8, protocol: str = "ib") -> nx.Graph:
+    """8 GPUs on one NVSwitch fabric; 4 PCIe switches, each with 2 GPUs and ``nics/4`` NICs.
+
+    The NVSwitch chips are one switch node ``nvswitch`` with a ``gpu_bw`` link per GPU: each GPU
+    spreads its NVLinks over all the chips and the chips are non-blocking, so any traffic a GPU's
+    links can carry is carried; one node is exact for bandwidth and keeps routing simple. NIC
+    ``n`` sits on PCIe switch ``n * 4 // nics``, next to GPUs ``2s`` and ``2s + 1`` of that
+    switch ``s`` (the layout of the DGX A100/H100 system architecture documents). The
+    CPU-to-CPU link is not modelled: GPU and NIC traffic never needs it.
+    """
+    if nics % 4:
+        raise ValueError(f"nvswitch_box: nics={nics} must be a multiple of 4 (one share per "
+                         f"PCIe switch)")
+    G = new_graph(name)
+    add_node(G, "nvswitch", "switch", fabric="nvswitch")
+    for c in range(2):
+        add_node(G, f"cpu{c}", "cpu")
+    for p in range(4):
+        add_node(G, f"pcie{p}", "switch", fabric="pcie")
+        add_link(G, f"pcie{p}", f"cpu{p // 2}", PCIE_X16[pcie_gen], PCIE_LATENCY, "pcie")
+    for g in range(8):
+        gpu(G, f"gpu{g}", g, model)
+        add_link(G, f"gpu{g}", "nvswitch", gpu_bw, NVSWITCH_LATENCY, "nvswitch")
+        add_link(G, f"gpu{g}", f"pcie{g // 2}", PCIE_X16[pcie_gen], PCIE_LATENCY, "pcie")
+    for n in range(nics):
+        nic(G, f"nic{n}", nic_bw, protocol)
+        add_link(G, f"nic{n}", f"pcie{n * 4 // nics}", PCIE_X16[pcie_gen], PCIE_LATENCY, "pcie")
+    return G
