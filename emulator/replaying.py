@@ -79,8 +79,9 @@ TRANSPORTS: dict[str, Transport] = {
         "ranks quantize the chunk each owner reduces, owners decode, sum, requantize, all-gather"),
 }
 
-#: The emulator's algorithm for each plan op (allreduce: the Network's own).
-_ALGORITHMS = {"allgather": "ring", "alltoall": "direct"}
+#: The emulator's algorithm for each plan op under each model (allreduce: the Network's own).
+_ALGORITHMS = {"nccl": {"allgather": "nccl", "alltoall": "nccl"},
+               "textbook": {"allgather": "ring", "alltoall": "direct"}}
 
 
 # ---------------------------------------------------------------- results
@@ -222,13 +223,13 @@ def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None
 
 # ---------------------------------------------------------------- replay
 def _collective_s(net: Network, c) -> tuple[float, float]:
-    """``(seconds, mean bytes sent per GPU)`` of one plan collective on ``net``."""
+    """``(seconds, mean bytes sent per GPU)`` of one plan collective on ``net``: as NCCL runs it
+    (its channels, its p2p all-to-all) under NCCL's model, else the textbook ring and direct."""
+    algorithm = _ALGORITHMS["nccl" if net.nccl else "textbook"].get(c.op, net.algorithm)
     if c.op == "allgather":
         # nccl-tests' convention: the emulator's allgather size is the gathered total
-        return net.collective("allgather", _ALGORITHMS["allgather"], net.world_size * c.nbytes)
-    if c.op == "alltoall":
-        return net.collective("alltoall", _ALGORITHMS["alltoall"], c.nbytes)
-    return net.collective("allreduce", net.algorithm, c.nbytes)
+        return net.collective("allgather", algorithm, net.world_size * c.nbytes)
+    return net.collective(c.op, algorithm, c.nbytes)
 
 
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
