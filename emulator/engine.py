@@ -5,17 +5,28 @@ dependencies have arrived (and its ``compute_s`` of local work has passed, and a
 delay of its sender). The flow follows the route :class:`topologies.Router` gives for its
 (source GPU, destination GPU) and crosses the directed channels of that route. Concurrent
 flows share every channel max-min fairly (progressive filling, Bertsekas & Gallager, *Data
-Networks*, section 6.5.2); rates are recomputed only when a flow starts or its last byte
-leaves. A flow's bytes leave at its (changing) rate and arrive one path latency later, so an
+Networks*, section 6.5.2); rates change only when a flow starts or its last byte leaves. A
+flow's bytes leave at its (changing) rate and arrive one path latency later, so an
 uncongested message of m bytes takes latency + m / bandwidth: the alpha-beta model of
 Thakur, Rabenseifner & Gropp (2005), which :mod:`emulator.closed_form` writes down.
 
 A schedule whose flows never share a channel needs no events: :mod:`emulator.critical_path`
 times it in one pass and checks that premise (a 1024-GPU ring allreduce, 2 million transfers,
 in about a second). Every other schedule runs here: one SimPy process (a generator taking
-``env`` first) advances from event to event, handling all flows that start or finish together
-as one numpy batch (about 75 us per event). Results are deterministic: no randomness, no
-dependence on dict or set order.
+``env`` first) advances from event to event. Everything due at one instant is one event:
+starts, arrivals and finishes within 1e-12 of each other (relative) are handled together
+and the rates re-solved once. Re-solving is incremental and compiled
+(:mod:`emulator.maxmin`): flows on one path are one entity, and only the flows an event can
+speed up or slow down are recomputed. Flows in progress are tracked per path
+(:mod:`emulator.flows`), so an event costs in proportion to what it changes.
+
+``exact=False`` (the approximate mode, for sweeps) also finishes, at the earliest finish,
+every flow whose last byte would leave within ``tolerance`` of its own duration later: each
+flow then ends at most that fraction of its duration early (its last bytes count as sent);
+on a chain of flows that never share, the collective is at most ``tolerance`` (relative)
+short. Through sharing the error can spread further; ``qsgd-emu bench emulator`` measures
+it against the exact mode. Results are deterministic: no randomness, no dependence on dict or
+set order.
 """
 from __future__ import annotations
 
@@ -25,22 +36,30 @@ import itertools
 import numpy as np
 import simpy
 
+from . import flows as _flows
+from . import maxmin as _maxmin
+from ._jit import use_compiled
 from .collectives import Schedule, build_schedule
 from .critical_path import contention_free
 from .errors import ConfigError, SimulationError
 from .faults import Fault
 from .result import CollectiveResult, LinkUsage
 
-__all__ = ["simulate", "run_collective", "max_min_rates"]
+__all__ = ["simulate", "run_collective", "max_min_rates", "APPROX_TOLERANCE"]
 
-# Flows whose finish times agree to this relative tolerance finish in the same event: the same
-# byte count at the same rate computed through different float paths.
+# Events closer than this (relative to the time) are one event: the same byte count at the
+# same rate computed through different float paths.
 _REL_TOL = 1e-12
+
+#: ``exact=False``: a flow may finish this fraction of its duration early to share an event.
+APPROX_TOLERANCE = 1e-3
 
 
 def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.ndarray,
                   n_flows: int) -> np.ndarray:
-    """Max-min fair rates (bytes/s) by progressive filling.
+    """Max-min fair rates (bytes/s) by progressive filling: the reference, one numpy pass
+    per level, that the engine's incremental allocator (:mod:`emulator.maxmin`) is tested
+    against.
 
     Parameters
     ----------
@@ -55,6 +74,11 @@ def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.n
     ndarray of float
         The rate of each flow: no channel is over capacity, and no flow can go faster without
         slowing a flow that is not faster than it.
+
+    Example
+    -------
+    >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([1.0, 2.0]), 2)
+    array([0.5, 0.5])
     """
     rate = np.zeros(n_flows)
     frozen = np.zeros(n_flows, dtype=bool)
@@ -79,8 +103,12 @@ def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.n
 
 
 class _Network:
-    """Routes, channel capacities and latencies of the (route, source, destination) triples a
-    schedule uses; transfers of one triple share its path ("pair" below)."""
+    """Routes, channel capacities and latencies of the paths a schedule uses.
+
+    Transfers of one (route, source, destination) triple share its path; triples whose
+    routes cross the same channels in the same order share one path id too ("pair" below:
+    ``pair_of`` maps each transfer to it; local steps get a path with no channel).
+    """
 
     def __init__(self, G, schedule: Schedule):
         import topologies
@@ -102,35 +130,56 @@ class _Network:
         nn = n_gpus * n_gpus
         key = np.where(net, schedule.route * nn + schedule.src * n_gpus + schedule.dst, -1)
         if nn * len(schedule.routes) <= 1 << 26:
-            # Pairs by a presence table over all keys: linear, where np.unique sorts the
+            # Triples by a presence table over all keys: linear, where np.unique sorts the
             # millions of transfers of a big ring (0.5 s at 1024 GPUs).
             seen = np.zeros(nn * len(schedule.routes) + 1, dtype=bool)
             seen[key + 1] = True
-            pairs = np.flatnonzero(seen) - 1
-            self.pair_of = (np.cumsum(seen) - 1)[key + 1]
+            triples = np.flatnonzero(seen) - 1
+            triple_of = (np.cumsum(seen) - 1)[key + 1]
         else:
-            pairs, self.pair_of = np.unique(key, return_inverse=True)
-        self.chan_ids: dict = {}
-        ptr, chans, lat = [0], [], []
-        for k in pairs.tolist():
-            if k < 0:  # local steps: no route
-                ptr.append(ptr[-1])
-                lat.append(0.0)
-                continue
-            r, sd = divmod(k, nn)
-            s, d = divmod(sd, n_gpus)
-            route = schedule.routes[r]
-            stops = (self.nodes[s], *route.via, self.nodes[d])
-            path = [c for a, b in zip(stops, stops[1:]) for c in router.channels(a, b, route.flow)]
-            ids = [self.chan_ids.setdefault(c, len(self.chan_ids)) for c in path]
-            chans.extend(ids)
-            ptr.append(len(chans))
-            lat.append(sum(G.edges[u, v]["latency"] for u, v in path))
-        self.pair_ptr = np.array(ptr, dtype=np.int64)
-        self.pair_chan = np.array(chans, dtype=np.int64)
-        self.pair_lat = np.array(lat)
-        self.channels = list(self.chan_ids)
-        self.capacity = np.array([float(G.edges[u, v]["bandwidth"]) for u, v in self.channels])
+            triples, triple_of = np.unique(key, return_inverse=True)
+        chan_ids: dict = {}
+        path_ids: dict = {}           # channel id tuple -> path id
+        path_of_triple = np.empty(len(triples), dtype=np.int64)
+        paths: list = []
+        nodes, routes = self.nodes, schedule.routes
+        for j, k in enumerate(triples.tolist()):
+            if k < 0:                 # local steps: no route
+                ids: tuple = ()
+            else:
+                r, sd = divmod(k, nn)
+                s, d = divmod(sd, n_gpus)
+                route = routes[r]
+                stops = (nodes[s], *route.via, nodes[d])
+                ids = tuple(chan_ids.setdefault(c, len(chan_ids))
+                            for a, b in zip(stops, stops[1:])
+                            for c in router.channels(a, b, route.flow))
+            pid = path_ids.get(ids)
+            if pid is None:
+                pid = path_ids[ids] = len(paths)
+                paths.append(ids)
+            path_of_triple[j] = pid
+        self.pair_of = path_of_triple[triple_of]
+        lens = np.array([len(p) for p in paths], dtype=np.int64)
+        self.pair_ptr = np.zeros(len(paths) + 1, dtype=np.int64)
+        np.cumsum(lens, out=self.pair_ptr[1:])
+        self.pair_chan = np.fromiter(itertools.chain.from_iterable(paths), dtype=np.int64,
+                                     count=int(self.pair_ptr[-1]))
+        self.chan_ids = chan_ids
+        self.channels = list(chan_ids)
+        edges = G.edges
+        self.capacity = np.array([float(edges[u, v]["bandwidth"]) for u, v in self.channels])
+        chan_lat = np.array([float(edges[u, v]["latency"]) for u, v in self.channels])
+        # Latency of each path: the sum over its channels, in route order (as a float sum
+        # along the route would add them).
+        lat = np.zeros(len(paths))
+        if len(self.pair_chan):
+            owner = np.repeat(np.arange(len(paths)), lens)
+            step = np.arange(len(self.pair_chan)) - self.pair_ptr[owner]
+            for k in range(int(lens.max())):
+                at = step == k
+                lat[owner[at]] += chan_lat[self.pair_chan[at]]
+        self.pair_lat = lat
 
     def entries(self, pair_ids: np.ndarray):
         """(flow index, channel id) entries of flows with these pair ids."""
@@ -141,11 +190,24 @@ class _Network:
         offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
         return flow, self.pair_chan[np.repeat(starts, lens) + offs]
 
+    def channel_bytes(self, schedule: Schedule) -> np.ndarray:
+        """Bytes each channel carries over the whole schedule (int64)."""
+        n_paths = len(self.pair_ptr) - 1
+        per_path = np.bincount(self.pair_of, weights=schedule.size.astype(np.float64),
+                               minlength=n_paths)
+        owner = np.repeat(np.arange(n_paths), np.diff(self.pair_ptr))
+        return np.rint(np.bincount(self.pair_chan, weights=per_path[owner],
+                                   minlength=len(self.capacity))).astype(np.int64)
+
 
 class _Run:
-    """State of one simulation; :meth:`process` is the SimPy process."""
+    """State of one simulation; :meth:`process` is the SimPy process.
 
-    def __init__(self, net: "_Network", schedule: Schedule, earliest: np.ndarray):
+    ``tolerance`` > 0 is the approximate mode (module docstring).
+    """
+
+    def __init__(self, net: "_Network", schedule: Schedule, earliest: np.ndarray,
+                 tolerance: float = 0.0):
         self.s = schedule
         self.net = net
         n = len(schedule)
@@ -157,23 +219,25 @@ class _Run:
         self.rev_ptr = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(np.bincount(schedule.dep_idx, minlength=n), out=self.rev_ptr[1:])
         self.earliest = earliest
+        self.tolerance = float(tolerance)
         self.start_t = np.full(n, np.nan)
         self.arrive_t = np.full(n, np.nan)
         self.starts: list = []     # heap of (time, seq, indices) whose flows start then
         self.arrivals: list = []   # heap of (time, seq, indices) that arrive then
         self.seq = itertools.count()
-        self.act = np.empty(0, dtype=np.int64)    # active flows (transfer indices)
-        self.rate = np.empty(0)                      # their rates, bytes/s
-        self.fin = np.empty(0)                       # when their last byte leaves, s
-        nch = len(self.net.channels)
-        self.ch_count = np.zeros(nch, dtype=np.int64)  # active flows per channel
-        self.loaded = np.empty(0, dtype=np.int64)
-        self.ch_bytes = np.zeros(nch, dtype=np.int64)
-        self.ch_busy = np.zeros(nch)
-        self.ch_peak = np.zeros(nch)
-        self.load = np.zeros(nch)
+        n_paths = len(net.pair_ptr) - 1
+        use_compiled(n + len(net.pair_chan))
+        self.paths = _maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity)
+        self.state = _maxmin.new_state(self.paths)
+        self.flows = _flows.new_flows(net.pair_of, schedule.size, n_paths)
         self.events = 0
         self.done = 0
+        self.resolved = 0          # paths re-solved, summed over events
+
+    @property
+    def ch_peak(self) -> np.ndarray:
+        """Highest load / capacity of each channel (unclipped)."""
+        return self.state.peak
 
     # -- bookkeeping --------------------------------------------------------------------
     def _ready(self, idx: np.ndarray, t: float) -> None:
@@ -198,35 +262,17 @@ class _Run:
         self.remaining[uniq] -= cnt
         self._ready(uniq[self.remaining[uniq] == 0], t)
 
-    def _start(self, idx: np.ndarray, t: float) -> None:
-        """Start the transfers ``idx`` at ``t``: flows join, empty ones just travel."""
+    def _start(self, idx: np.ndarray, t: float) -> bool:
+        """Start the transfers ``idx`` at ``t``: flows join their paths, empty ones just
+        travel. True when some flow joined."""
         self.start_t[idx] = t
-        size = self.s.size[idx]
-        local = self.s.src[idx] == self.s.dst[idx]
-        instant = local | (size == 0)   # no bytes to send: arrives after the path latency
+        instant = (self.s.src[idx] == self.s.dst[idx]) | (self.s.size[idx] == 0)
         if instant.any():
             self._travel(idx[instant], t)
         flows = idx[~instant]
-        if not len(flows):
-            return
-        flow, chan = self.net.entries(self.net.pair_of[flows])
-        nbytes = self.s.size[flows].astype(float)
-        self.ch_bytes += np.bincount(chan, weights=nbytes[flow],
-                                     minlength=len(self.ch_bytes)).astype(np.int64)
-        # Fast path: flows on channels nobody else uses change nobody's rate; each runs at the
-        # bandwidth of its slowest channel.
-        if not self.ch_count[chan].any() and len(np.unique(chan)) == len(chan):
-            starts = np.concatenate([[0], np.cumsum(np.bincount(flow))[:-1]])
-            rate = np.minimum.reduceat(self.net.capacity[chan], starts)
-            self.ch_count[chan] += 1
-            self._set_load(chan, rate[flow])
-            self.act = np.concatenate([self.act, flows])
-            self.rate = np.concatenate([self.rate, rate])
-            self.fin = np.concatenate([self.fin, t + nbytes / rate])
-            return
-        rem = self._remaining(t)
-        self.act = np.concatenate([self.act, flows])
-        self._reallocate(np.concatenate([rem, nbytes]), t)
+        if len(flows):
+            _flows.join(self.paths, self.state, self.flows, flows, t)
+        return bool(len(flows))
 
     def _travel(self, idx: np.ndarray, t: float) -> None:
         """Transfers whose last byte left at ``t`` arrive one path latency later."""
@@ -234,75 +280,48 @@ class _Run:
         for when in np.unique(lat):
             heapq.heappush(self.arrivals, (t + float(when), next(self.seq), idx[lat == when]))
 
-    def _remaining(self, t: float) -> np.ndarray:
-        """Bytes still to send of each active flow at ``t``."""
-        return np.maximum((self.fin - t) * self.rate, 0.0)
-
-    def _set_load(self, chan: np.ndarray, load: np.ndarray) -> None:
-        self.load[chan] = load
-        np.maximum.at(self.ch_peak, chan, load / self.net.capacity[chan])
-        self.loaded = np.flatnonzero(self.load > 0)
-
-    def _reallocate(self, rem: np.ndarray, t: float) -> None:
-        """Max-min fair rates of every active flow, from their remaining bytes at ``t``."""
-        flow, chan = self.net.entries(self.net.pair_of[self.act])
-        self.rate = max_min_rates(flow, chan, self.net.capacity, len(self.act))
-        self.fin = t + rem / self.rate
-        self.ch_count = np.bincount(chan, minlength=len(self.load))
-        self.load = np.zeros(len(self.load))
-        self._set_load(chan, np.bincount(chan, weights=self.rate[flow], minlength=len(self.load))[chan])
-
-    def _finish(self, t: float) -> None:
-        """Flows whose last byte leaves at ``t`` (to a relative tolerance) leave the network."""
-        gone = self.fin <= t + _REL_TOL * max(t, 1e-300)
-        ids = self.act[gone]
-        self._travel(ids, t)
-        flow, chan = self.net.entries(self.net.pair_of[ids])
-        keep = ~gone
-        if np.all(self.ch_count[chan] == 1):
-            # Fast path: they had their channels to themselves; nobody else speeds up.
-            self.ch_count[chan] = 0
-            self._set_load(chan, np.zeros(len(chan)))
-            self.act, self.rate, self.fin = self.act[keep], self.rate[keep], self.fin[keep]
-            return
-        rem = self._remaining(t)[keep]
-        self.act = self.act[keep]
-        self._reallocate(rem, t)
+    def _solve(self, t: float) -> None:
+        n = _maxmin.solve(self.paths, self.state, t)
+        if n < 0:
+            raise SimulationError("max-min allocation gave a flow no bandwidth at "
+                                  f"t={t!r} s (a channel's residual capacity reached 0)")
+        self.resolved += n
+        _flows.rekey(self.paths, self.state, self.flows)
 
     # -- the SimPy process --------------------------------------------------------------
     def process(self, env: simpy.Environment):
         self._ready(np.flatnonzero(self.remaining == 0), 0.0)
+        F = self.flows
         while True:
             t = env.now
+            due = t + _REL_TOL * t
+            n_out = _flows.finish(self.paths, self.state, F, t, _REL_TOL, self.tolerance)
+            changed = n_out > 0
+            if n_out:
+                self._travel(F.out[:n_out].copy(), t)
             # Everything due now, until nothing more is: arrivals release dependants, whose
             # starts (with no local work) are due now too.
             while True:
                 moved = False
-                while self.arrivals and self.arrivals[0][0] <= t:
+                while self.arrivals and self.arrivals[0][0] <= due:
                     _, _, idx = heapq.heappop(self.arrivals)
                     self._complete(idx, t)
                     moved = True
-                while self.starts and self.starts[0][0] <= t:
+                while self.starts and self.starts[0][0] <= due:
                     _, _, idx = heapq.heappop(self.starts)
-                    self._start(idx, t)
+                    changed |= self._start(idx, t)
                     moved = True
                 if not moved:
                     break
-            nxt = []
-            if self.starts:
-                nxt.append(self.starts[0][0])
-            if self.arrivals:
-                nxt.append(self.arrivals[0][0])
-            t_fin = float(self.fin.min()) if len(self.act) else np.inf
-            nxt.append(t_fin)
-            t_next = min(nxt)
+            if changed:
+                self._solve(t)
+            t_next = min(self.starts[0][0] if self.starts else np.inf,
+                         self.arrivals[0][0] if self.arrivals else np.inf,
+                         _flows.next_finish(F))
             if t_next == np.inf:
                 return
             self.events += 1
-            self.ch_busy[self.loaded] += t_next - t
-            yield env.timeout(t_next - t)
-            if t_fin <= env.now:
-                self._finish(env.now)
+            yield env.timeout(max(t_next - t, 0.0))
 
     def result(self) -> CollectiveResult:
         if self.done != self.n:
@@ -310,8 +329,9 @@ class _Run:
             raise SimulationError(f"{self.n - self.done} of {self.n} transfers never ran "
                                   f"(dependencies never satisfied), e.g. transfers "
                                   f"{self.s.ids[stuck].tolist()}")
-        return _result(self.s, self.net, self.start_t, self.arrive_t, self.ch_bytes,
-                       self.ch_busy, self.ch_peak, self.events)
+        return _result(self.s, self.net, self.start_t, self.arrive_t,
+                       self.net.channel_bytes(self.s), self.state.busy, self.state.peak,
+                       self.events)
 
 
 def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch_peak,
@@ -343,7 +363,22 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
                             bytes_received=received, events=events)
 
 
-def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -> CollectiveResult:
+def _tolerance(exact, tolerance) -> float:
+    """The approximate mode's tolerance (0.0 when exact), validated."""
+    if not isinstance(exact, bool):
+        raise ConfigError(f"exact={exact!r} must be True or False")
+    if tolerance is None:
+        return 0.0 if exact else APPROX_TOLERANCE
+    if exact:
+        raise ConfigError(f"tolerance={tolerance!r} applies only with exact=False")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or \
+            not 0.0 < tolerance < 0.5:
+        raise ConfigError(f"tolerance={tolerance!r} must be a number in (0, 0.5)")
+    return float(tolerance)
+
+
+def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=None,
+             _force_events: bool = False) -> CollectiveResult:
     """Run ``schedule`` over topology ``G`` and return what happened.
 
     Parameters
@@ -356,13 +391,28 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
     faults : sequence of Fault
         What-ifs: :class:`~emulator.DegradedLink`, :class:`~emulator.RemovedLink`,
         :class:`~emulator.Straggler`. Applied to a copy of ``G``.
+    exact : bool
+        True (default): every event at its own time (to 1e-12 relative). False: the
+        approximate mode of the module docstring, for sweeps.
+    tolerance : float, optional
+        With ``exact=False``: the fraction of its duration (0 < tolerance < 0.5) by which a
+        flow may finish early to share an event; default :data:`APPROX_TOLERANCE`.
 
     Returns
     -------
     CollectiveResult
+
+    Example
+    -------
+    >>> import emulator, topologies
+    >>> G = topologies.switch(8)
+    >>> s = emulator.build_schedule("alltoall", "direct", 8, 8_000_000)
+    >>> round(simulate(G, s).time_s * 1e6, 2)    # 7 flows share each GPU's port: 2 L + 7 MB / B
+    562.0
     """
     import topologies
 
+    rel_d = _tolerance(exact, tolerance)
     if not isinstance(schedule, Schedule):
         raise ConfigError(f"schedule={schedule!r} must be an emulator.Schedule")
     faults = tuple(faults or ())
@@ -389,7 +439,7 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
         if fast is not None:
             return _result(schedule, net, fast["start_s"], fast["arrive_s"], fast["bytes"],
                            fast["busy_s"], fast["peak"], events=0)
-    run = _Run(net, schedule, earliest)
+    run = _Run(net, schedule, earliest, tolerance=rel_d)
     env = simpy.Environment()
     env.process(run.process(env))
     env.run()
@@ -397,11 +447,19 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
 
 
 def run_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None, chunks: int = 1,
-                   payload_bytes=None, faults=()) -> CollectiveResult:
+                   payload_bytes=None, faults=(), exact: bool = True,
+                   tolerance=None) -> CollectiveResult:
     """Build the schedule of ``op`` by ``algorithm`` and simulate it on ``G``.
 
     ``ranks`` defaults to every GPU of ``G``; ``nbytes`` follows nccl-tests (see
-    :func:`emulator.build_schedule`).
+    :func:`emulator.build_schedule`); ``exact`` and ``tolerance`` as in :func:`simulate`.
+
+    Example
+    -------
+    >>> import topologies
+    >>> r = run_collective(topologies.ring(4), "allreduce", "ring", 4_000_000)
+    >>> round(r.time_s * 1e6, 2)
+    606.0
     """
     import topologies
 
@@ -409,4 +467,4 @@ def run_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None, chunk
         ranks = len(topologies.gpus(G))
     sched = build_schedule(op, algorithm, ranks, nbytes, chunks=chunks, graph=G,
                            payload_bytes=payload_bytes)
-    return simulate(G, sched, faults=faults)
+    return simulate(G, sched, faults=faults, exact=exact, tolerance=tolerance)
