@@ -43,6 +43,7 @@ from .collectives import Schedule, build_schedule
 from .critical_path import contention_free
 from .errors import ConfigError, SimulationError
 from .faults import Fault
+from .netpaths import Network as _Network
 from .result import CollectiveResult, LinkUsage
 
 __all__ = ["simulate", "run_collective", "max_min_rates", "APPROX_TOLERANCE"]
@@ -100,104 +101,6 @@ def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.n
         np.maximum(cap, 0.0, out=cap)
         alive &= ~newly
     return rate
-
-
-class _Network:
-    """Routes, channel capacities and latencies of the paths a schedule uses.
-
-    Transfers of one (route, source, destination) triple share its path; triples whose
-    routes cross the same channels in the same order share one path id too ("pair" below:
-    ``pair_of`` maps each transfer to it; local steps get a path with no channel).
-    """
-
-    def __init__(self, G, schedule: Schedule):
-        import topologies
-
-        self.G = G
-        self.nodes = topologies.gpus(G)
-        n_gpus = len(self.nodes)
-        bad = [r for r in schedule.ranks if r >= n_gpus]
-        if bad:
-            raise ConfigError(f"ranks {bad[:5]} are not in the topology {G.graph.get('name', '')!r} "
-                              f"({n_gpus} GPUs, ranks 0..{n_gpus - 1})")
-        for route in schedule.routes:
-            missing = [v for v in route.via if v not in G]
-            if missing:
-                raise ConfigError(f"route via {missing[0]!r} is not a node of the topology "
-                                  f"{G.graph.get('name', '')!r}")
-        router = topologies.Router(G)
-        net = schedule.src != schedule.dst
-        nn = n_gpus * n_gpus
-        key = np.where(net, schedule.route * nn + schedule.src * n_gpus + schedule.dst, -1)
-        if nn * len(schedule.routes) <= 1 << 26:
-            # Triples by a presence table over all keys: linear, where np.unique sorts the
-            # millions of transfers of a big ring (0.5 s at 1024 GPUs).
-            seen = np.zeros(nn * len(schedule.routes) + 1, dtype=bool)
-            seen[key + 1] = True
-            triples = np.flatnonzero(seen) - 1
-            triple_of = (np.cumsum(seen) - 1)[key + 1]
-        else:
-            triples, triple_of = np.unique(key, return_inverse=True)
-        chan_ids: dict = {}
-        path_ids: dict = {}           # channel id tuple -> path id
-        path_of_triple = np.empty(len(triples), dtype=np.int64)
-        paths: list = []
-        nodes, routes = self.nodes, schedule.routes
-        for j, k in enumerate(triples.tolist()):
-            if k < 0:                 # local steps: no route
-                ids: tuple = ()
-            else:
-                r, sd = divmod(k, nn)
-                s, d = divmod(sd, n_gpus)
-                route = routes[r]
-                stops = (nodes[s], *route.via, nodes[d])
-                ids = tuple(chan_ids.setdefault(c, len(chan_ids))
-                            for a, b in zip(stops, stops[1:])
-                            for c in router.channels(a, b, route.flow))
-            pid = path_ids.get(ids)
-            if pid is None:
-                pid = path_ids[ids] = len(paths)
-                paths.append(ids)
-            path_of_triple[j] = pid
-        self.pair_of = path_of_triple[triple_of]
-        lens = np.array([len(p) for p in paths], dtype=np.int64)
-        self.pair_ptr = np.zeros(len(paths) + 1, dtype=np.int64)
-        np.cumsum(lens, out=self.pair_ptr[1:])
-        self.pair_chan = np.fromiter(itertools.chain.from_iterable(paths), dtype=np.int64,
-                                     count=int(self.pair_ptr[-1]))
-        self.chan_ids = chan_ids
-        self.channels = list(chan_ids)
-        edges = G.edges
-        self.capacity = np.array([float(edges[u, v]["bandwidth"]) for u, v in self.channels])
-        chan_lat = np.array([float(edges[u, v]["latency"]) for u, v in self.channels])
-        # Latency of each path: the sum over its channels, in route order (as a float sum
-        # along the route would add them).
-        lat = np.zeros(len(paths))
-        if len(self.pair_chan):
-            owner = np.repeat(np.arange(len(paths)), lens)
-            step = np.arange(len(self.pair_chan)) - self.pair_ptr[owner]
-            for k in range(int(lens.max())):
-                at = step == k
-                lat[owner[at]] += chan_lat[self.pair_chan[at]]
-        self.pair_lat = lat
-
-    def entries(self, pair_ids: np.ndarray):
-        """(flow index, channel id) entries of flows with these pair ids."""
-        starts = self.pair_ptr[pair_ids]
-        lens = self.pair_ptr[pair_ids + 1] - starts
-        total = int(lens.sum())
-        flow = np.repeat(np.arange(len(pair_ids)), lens)
-        offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-        return flow, self.pair_chan[np.repeat(starts, lens) + offs]
-
-    def channel_bytes(self, schedule: Schedule) -> np.ndarray:
-        """Bytes each channel carries over the whole schedule (int64)."""
-        n_paths = len(self.pair_ptr) - 1
-        per_path = np.bincount(self.pair_of, weights=schedule.size.astype(np.float64),
-                               minlength=n_paths)
-        owner = np.repeat(np.arange(n_paths), np.diff(self.pair_ptr))
-        return np.rint(np.bincount(self.pair_chan, weights=per_path[owner],
-                                   minlength=len(self.capacity))).astype(np.int64)
 
 
 class _Run:

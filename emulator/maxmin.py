@@ -55,11 +55,12 @@ class Paths(NamedTuple):
 
 class State(NamedTuple):
     """What changes: active flows per path, rates, channel occupancy and usage, scratch."""
-    slot: np.ndarray       # (E,) entry in each slot; a channel's active entries come first
+    slot: np.ndarray       # (E,) entry in each slot; a channel's region comes first
     where: np.ndarray      # (E,) slot of each entry
-    srate: np.ndarray      # (E,) rate of the path in each slot (inf: changed, re-solve it)
-    smult: np.ndarray      # (E,) flows of the path in each slot
-    fill: np.ndarray       # (C,) active entries per channel
+    sdat: np.ndarray       # (E, 2) per slot: its path's rate (inf: changed, re-solve it;
+                           # -1: idle) and flows (0: idle), side by side for the scans
+    fill: np.ndarray       # (C,) entries in each channel's region: active and idle ones
+    dead: np.ndarray       # (C,) idle entries in the region, compacted when half of it
     mult: np.ndarray       # (P,) active flows per path
     mult0: np.ndarray      # (P,) active flows before the pending changes
     nflows: np.ndarray     # (C,) active flows crossing each channel (with multiplicity)
@@ -77,7 +78,7 @@ class State(NamedTuple):
     new_rate: np.ndarray   # (P,)
     seen: np.ndarray       # (C,) stamp: channel visited in this solve
     resid: np.ndarray      # (C,) residual capacity, bytes/s
-    count: np.ndarray      # (C,) unfrozen flows of the solved set
+    count: np.ndarray      # (C,) unfrozen flows of the solved set (float: exact integers)
     paths: np.ndarray      # (P,) the solved set, first counters[2]
     chans: np.ndarray      # (C,) the visited channels
     hkey: np.ndarray       # (C+E,) heap of fair shares (lazy deletion)
@@ -108,12 +109,14 @@ def new_state(paths: Paths) -> State:
     where = np.empty(n_e, dtype=np.int64)
     where[slot] = np.arange(n_e, dtype=np.int64)
     i64 = lambda n: np.zeros(n, dtype=np.int64)   # noqa: E731
-    return State(slot=slot, where=where, srate=np.zeros(n_e), smult=i64(n_e), fill=i64(n_c), mult=i64(n_p), mult0=i64(n_p),
+    sdat = np.zeros((n_e, 2))
+    sdat[:, 0] = -1.0
+    return State(slot=slot, where=where, sdat=sdat, fill=i64(n_c), dead=i64(n_c), mult=i64(n_p), mult0=i64(n_p),
                  nflows=i64(n_c), rate=np.zeros(n_p), sent=np.zeros(n_p), mark=np.zeros(n_p),
                  busy=np.zeros(n_c), since=np.zeros(n_c), peak=np.zeros(n_c),
                  flags=np.zeros(n_p, dtype=np.int8), changed=i64(n_p), counters=i64(3),
                  in_set=i64(n_p), frozen=i64(n_p), new_rate=np.zeros(n_p), seen=i64(n_c),
-                 resid=np.zeros(n_c), count=i64(n_c), paths=i64(n_p), chans=i64(n_c),
+                 resid=np.zeros(n_c), count=np.zeros(n_c), paths=i64(n_p), chans=i64(n_c),
                  hkey=np.empty(n_c + n_e), hval=np.empty(n_c + n_e, dtype=np.int64))
 
 
@@ -195,32 +198,47 @@ def change(P, S, p, delta, t):
     was = S.mult[p]
     m = was + delta
     S.mult[p] = m
-    if was == 0:
-        for e in range(P.ptr[p], P.ptr[p + 1]):      # join the channels' active lists
-            c = P.chan[e]
-            _move(S, e, P.cptr[c] + S.fill[c])
-            S.fill[c] += 1
-    elif m == 0:
-        for e in range(P.ptr[p], P.ptr[p + 1]):      # leave them
-            c = P.chan[e]
-            _move(S, e, P.cptr[c] + S.fill[c] - 1)
-            S.fill[c] -= 1
-    if m > 0:
-        for e in range(P.ptr[p], P.ptr[p + 1]):
-            s = S.where[e]
-            S.smult[s] = m
-            S.srate[s] = np.inf
+    for e in range(P.ptr[p], P.ptr[p + 1]):
+        c = P.chan[e]
+        s = S.where[e]
+        if m == 0:                               # idle: left in the region, compacted later
+            S.sdat[s, 0] = -1.0
+            S.sdat[s, 1] = 0.0
+            S.dead[c] += 1
+            if 2 * S.dead[c] > S.fill[c] + 16:
+                _compact(P, S, c)
+            continue
+        if was == 0:
+            if s < P.cptr[c] + S.fill[c]:        # still in the region: revive in place
+                S.dead[c] -= 1
+            else:                                # into the region
+                top = P.cptr[c] + S.fill[c]
+                other = S.slot[top]
+                S.slot[top], S.where[e] = e, top
+                S.slot[s], S.where[other] = other, s
+                S.sdat[s, 0], S.sdat[s, 1] = S.sdat[top, 0], S.sdat[top, 1]
+                S.fill[c] += 1
+                s = top
+        S.sdat[s, 0] = np.inf
+        S.sdat[s, 1] = m
 
 
 @kernel
-def _move(S, e, target):
-    """Swap entry ``e`` with the entry in slot ``target`` (their slot values too)."""
-    s = S.where[e]
-    other = S.slot[target]
-    S.slot[target], S.where[e] = e, target
-    S.slot[s], S.where[other] = other, s
-    S.srate[s], S.srate[target] = S.srate[target], S.srate[s]
-    S.smult[s], S.smult[target] = S.smult[target], S.smult[s]
+def _compact(P, S, c):
+    """Move channel ``c``'s active entries to the front of its region, idle ones out."""
+    lo = P.cptr[c]
+    i = lo
+    for s in range(lo, lo + S.fill[c]):
+        if S.sdat[s, 1] > 0.0:
+            if s != i:
+                e, other = S.slot[s], S.slot[i]
+                S.slot[i], S.where[e] = e, i
+                S.slot[s], S.where[other] = other, s
+                for k in range(2):
+                    S.sdat[i, k], S.sdat[s, k] = S.sdat[s, k], S.sdat[i, k]
+            i += 1
+    S.fill[c] = i - lo
+    S.dead[c] = 0
 
 
 @kernel
@@ -284,18 +302,18 @@ def solve(P, S, t):
             c = S.chans[qv]
             qv += 1
             r = P.cap[c]
-            cnt = 0
+            cnt = 0.0
             for s in range(P.cptr[c], P.cptr[c] + S.fill[c]):
-                x = S.srate[s]
+                x = S.sdat[s, 0]
                 if x >= floor:
-                    cnt += S.smult[s]
+                    cnt += S.sdat[s, 1]
                     q = P.owner[S.slot[s]]
                     if S.in_set[q] != stamp:
                         S.in_set[q] = stamp
                         S.paths[n_a] = q
                         n_a += 1
                 else:
-                    r -= S.smult[s] * x
+                    r -= S.sdat[s, 1] * x
             S.resid[c] = r
             S.count[c] = cnt
             if cnt > 0:
@@ -309,7 +327,7 @@ def solve(P, S, t):
         if not share > 0.0:
             return -1
         for s in range(P.cptr[c], P.cptr[c] + S.fill[c]):
-            if S.srate[s] < floor:
+            if S.sdat[s, 0] < floor:
                 continue
             q = P.owner[S.slot[s]]
             if S.frozen[q] == stamp:
@@ -330,7 +348,7 @@ def solve(P, S, t):
             advance(P, S, q, t)
             S.rate[q] = r
         for e in range(P.ptr[q], P.ptr[q + 1]):
-            S.srate[S.where[e]] = r
+            S.sdat[S.where[e], 0] = r
     for k in range(n_v):
         c = S.chans[k]
         load = (P.cap[c] - S.resid[c]) / P.cap[c]
