@@ -30,12 +30,10 @@ set order.
 """
 from __future__ import annotations
 
-import heapq
-import itertools
-
 import numpy as np
 import simpy
 
+from . import events as _events
 from . import flows as _flows
 from . import maxmin as _maxmin
 from ._jit import use_compiled
@@ -54,6 +52,9 @@ _REL_TOL = 1e-12
 
 #: ``exact=False``: a flow may finish this fraction of its duration early to share an event.
 APPROX_TOLERANCE = 1e-3
+
+#: Events the compiled loop handles per step of the SimPy clock.
+EVENTS_PER_STEP = 4096
 
 
 def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.ndarray,
@@ -115,124 +116,64 @@ class _Run:
         self.net = net
         n = len(schedule)
         self.n = n
-        self.remaining = np.diff(schedule.dep_ptr).astype(np.int64)
-        owners = np.repeat(np.arange(n, dtype=np.int64), self.remaining)
-        order = np.argsort(schedule.dep_idx, kind="stable")
-        self.rev_idx = owners[order]
-        self.rev_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(schedule.dep_idx, minlength=n), out=self.rev_ptr[1:])
-        self.earliest = earliest
         self.tolerance = float(tolerance)
-        self.start_t = np.full(n, np.nan)
-        self.arrive_t = np.full(n, np.nan)
-        self.starts: list = []     # heap of (time, seq, indices) whose flows start then
-        self.arrivals: list = []   # heap of (time, seq, indices) that arrive then
-        self.seq = itertools.count()
-        n_paths = len(net.pair_ptr) - 1
-        use_compiled(n + len(net.pair_chan))
+        moves = (schedule.src != schedule.dst) & (schedule.size > 0)
+        # Interpreted, an event costs ~1 ms: compiled pays from ~50 flows on.
+        use_compiled(1000 * int(np.count_nonzero(moves)))
+        remaining = np.diff(schedule.dep_ptr).astype(np.int64)
+        owners = np.repeat(np.arange(n, dtype=np.int64), remaining)
+        rev_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(schedule.dep_idx, minlength=n), out=rev_ptr[1:])
+        self.sched = _events.Schedule(
+            moves=moves, compute=np.ascontiguousarray(schedule.compute_s, dtype=np.float64),
+            earliest=np.ascontiguousarray(earliest, dtype=np.float64),
+            lat=net.pair_lat[net.pair_of], remaining=remaining, rev_ptr=rev_ptr,
+            rev_idx=owners[np.argsort(schedule.dep_idx, kind="stable")])
         self.paths = _maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity)
         self.state = _maxmin.new_state(self.paths)
-        self.flows = _flows.new_flows(net.pair_of, schedule.size, n_paths)
-        self.events = 0
-        self.done = 0
-        self.resolved = 0          # paths re-solved, summed over events
+        self.flows = _flows.new_flows(net.pair_of, schedule.size, len(net.pair_ptr) - 1)
+        self.clock = _events.new_clock(n)
+        _events.start(self.sched, self.clock)
 
     @property
     def ch_peak(self) -> np.ndarray:
         """Highest load / capacity of each channel (unclipped)."""
         return self.state.peak
 
-    # -- bookkeeping --------------------------------------------------------------------
-    def _ready(self, idx: np.ndarray, t: float) -> None:
-        """Transfers whose dependencies all arrived at ``t``: schedule their starts."""
-        if not len(idx):
-            return
-        st = np.maximum(t, self.earliest[idx]) + self.s.compute_s[idx]
-        for when in np.unique(st):
-            heapq.heappush(self.starts, (float(when), next(self.seq), idx[st == when]))
+    @property
+    def events(self) -> int:
+        """Instants handled so far."""
+        return int(self.clock.counts[2])
 
-    def _complete(self, idx: np.ndarray, t: float) -> None:
-        self.arrive_t[idx] = t
-        self.done += len(idx)
-        lo, hi = self.rev_ptr[idx], self.rev_ptr[idx + 1]
-        lens = hi - lo
-        total = int(lens.sum())
-        if total == 0:
-            return
-        offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-        dependants = self.rev_idx[np.repeat(lo, lens) + offs]
-        uniq, cnt = np.unique(dependants, return_counts=True)
-        self.remaining[uniq] -= cnt
-        self._ready(uniq[self.remaining[uniq] == 0], t)
+    @property
+    def resolved(self) -> int:
+        """Paths whose rates were re-solved, summed over the events."""
+        return int(self.clock.counts[3])
 
-    def _start(self, idx: np.ndarray, t: float) -> bool:
-        """Start the transfers ``idx`` at ``t``: flows join their paths, empty ones just
-        travel. True when some flow joined."""
-        self.start_t[idx] = t
-        instant = (self.s.src[idx] == self.s.dst[idx]) | (self.s.size[idx] == 0)
-        if instant.any():
-            self._travel(idx[instant], t)
-        flows = idx[~instant]
-        if len(flows):
-            _flows.join(self.paths, self.state, self.flows, flows, t)
-        return bool(len(flows))
-
-    def _travel(self, idx: np.ndarray, t: float) -> None:
-        """Transfers whose last byte left at ``t`` arrive one path latency later."""
-        lat = self.net.pair_lat[self.net.pair_of[idx]]
-        for when in np.unique(lat):
-            heapq.heappush(self.arrivals, (t + float(when), next(self.seq), idx[lat == when]))
-
-    def _solve(self, t: float) -> None:
-        n = _maxmin.solve(self.paths, self.state, t)
-        if n < 0:
-            raise SimulationError("max-min allocation gave a flow no bandwidth at "
-                                  f"t={t!r} s (a channel's residual capacity reached 0)")
-        self.resolved += n
-        _flows.rekey(self.paths, self.state, self.flows)
-
-    # -- the SimPy process --------------------------------------------------------------
     def process(self, env: simpy.Environment):
-        self._ready(np.flatnonzero(self.remaining == 0), 0.0)
-        F = self.flows
+        """Advance the clock in steps of up to :data:`EVENTS_PER_STEP` events."""
+        K = self.clock
         while True:
-            t = env.now
-            due = t + _REL_TOL * t
-            n_out = _flows.finish(self.paths, self.state, F, t, _REL_TOL, self.tolerance)
-            changed = n_out > 0
-            if n_out:
-                self._travel(F.out[:n_out].copy(), t)
-            # Everything due now, until nothing more is: arrivals release dependants, whose
-            # starts (with no local work) are due now too.
-            while True:
-                moved = False
-                while self.arrivals and self.arrivals[0][0] <= due:
-                    _, _, idx = heapq.heappop(self.arrivals)
-                    self._complete(idx, t)
-                    moved = True
-                while self.starts and self.starts[0][0] <= due:
-                    _, _, idx = heapq.heappop(self.starts)
-                    changed |= self._start(idx, t)
-                    moved = True
-                if not moved:
-                    break
-            if changed:
-                self._solve(t)
-            t_next = min(self.starts[0][0] if self.starts else np.inf,
-                         self.arrivals[0][0] if self.arrivals else np.inf,
-                         _flows.next_finish(F))
+            t_next = _events.next_time(self.flows, K)
             if t_next == np.inf:
                 return
-            self.events += 1
-            yield env.timeout(max(t_next - t, 0.0))
+            yield env.timeout(max(t_next - env.now, 0.0))
+            last = _events.run(self.paths, self.state, self.flows, self.sched, K, _REL_TOL,
+                               self.tolerance, EVENTS_PER_STEP)
+            if K.counts[4]:
+                raise SimulationError("max-min allocation gave a flow no bandwidth at "
+                                      f"t={last!r} s (a channel's residual capacity reached 0)")
+            if last > env.now:
+                yield env.timeout(last - env.now)
 
     def result(self) -> CollectiveResult:
-        if self.done != self.n:
-            stuck = np.flatnonzero(np.isnan(self.arrive_t))[:5]
-            raise SimulationError(f"{self.n - self.done} of {self.n} transfers never ran "
+        done = int(self.clock.counts[1])
+        if done != self.n:
+            stuck = np.flatnonzero(np.isnan(self.clock.arrive))[:5]
+            raise SimulationError(f"{self.n - done} of {self.n} transfers never ran "
                                   f"(dependencies never satisfied), e.g. transfers "
                                   f"{self.s.ids[stuck].tolist()}")
-        return _result(self.s, self.net, self.start_t, self.arrive_t,
+        return _result(self.s, self.net, self.clock.start, self.clock.arrive,
                        self.net.channel_bytes(self.s), self.state.busy, self.state.peak,
                        self.events)
 

@@ -23,7 +23,7 @@ import numpy as np
 from ._jit import kernel
 from .maxmin import Paths, State, advance, change
 
-__all__ = ["Flows", "new_flows", "join", "finish", "rekey", "next_finish"]
+__all__ = ["Flows", "new_flows", "join", "join_one", "finish", "rekey", "next_finish"]
 
 
 class Flows(NamedTuple):
@@ -120,25 +120,30 @@ def next_finish(F):
 
 # -- events -----------------------------------------------------------------------------------
 @kernel
+def join_one(P: Paths, S: State, F: Flows, f, t):
+    """Flow ``f`` (a transfer index) starts at ``t`` (s) on its path."""
+    p = F.path[f]
+    change(P, S, p, 1, t)          # brings S.sent[p] to t
+    F.start[f] = t
+    thr = S.sent[p] + F.size[f]
+    F.thr[f] = thr
+    prev = -1
+    cur = F.head[p]
+    while cur >= 0 and F.thr[cur] <= thr:
+        prev = cur
+        cur = F.nxt[cur]
+    F.nxt[f] = cur
+    if prev < 0:
+        F.head[p] = f
+    else:
+        F.nxt[prev] = f
+
+
+@kernel
 def join(P: Paths, S: State, F: Flows, idx, t):
     """Flows ``idx`` (transfer indices) start at ``t`` (s) on their paths."""
     for k in range(len(idx)):
-        f = idx[k]
-        p = F.path[f]
-        change(P, S, p, 1, t)          # brings S.sent[p] to t
-        F.start[f] = t
-        thr = S.sent[p] + F.size[f]
-        F.thr[f] = thr
-        prev = -1
-        cur = F.head[p]
-        while cur >= 0 and F.thr[cur] <= thr:
-            prev = cur
-            cur = F.nxt[cur]
-        F.nxt[f] = cur
-        if prev < 0:
-            F.head[p] = f
-        else:
-            F.nxt[prev] = f
+        join_one(P, S, F, idx[k], t)
 
 
 @kernel

@@ -138,7 +138,8 @@ def _resolve_ranks(G, ranks) -> tuple:
 
 
 def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, factor=2,
-               ranks=None, chunks: int = 1, dtype: str = "float32", faults=()) -> list[dict]:
+               ranks=None, chunks: int = 1, dtype: str = "float32", faults=(), exact: bool = True,
+               tolerance=None) -> list[dict]:
     """Simulate ``op`` by ``algorithm`` at every size of a nccl-tests sweep.
 
     Parameters
@@ -159,6 +160,8 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
         Element type: a key of :data:`DTYPES` or a nccl-tests name (``"float"``).
     faults : sequence of Fault
         What-ifs applied to every size (:func:`emulator.simulate`).
+    exact, tolerance
+        The engine's mode (:func:`emulator.simulate`): exact by default.
 
     Returns
     -------
@@ -194,7 +197,7 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
         if size == 0:
             continue
         sched = build_schedule(op, algorithm, order, size, chunks=chunks, graph=G)
-        res = simulate(G, sched, faults=faults)
+        res = simulate(G, sched, faults=faults, exact=exact, tolerance=tolerance)
         t = res.time_s
         algbw = size / t if t > 0 else math.inf
         rows.append({"op": op, "algorithm": algorithm, "nranks": p, "size": size,

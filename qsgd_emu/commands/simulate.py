@@ -57,6 +57,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", default="5", help="busiest links to list (default 5)")
     for option, (_, form, help_text) in _FAULT_FORMS.items():
         parser.add_argument(option, action="append", default=[], metavar=form, help=help_text)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--exact", dest="approx", action="store_false",
+                      help="every flow finishes at its own time (default)")
+    mode.add_argument("--approx", nargs="?", const="default", default=None, metavar="TOL",
+                      help="approximate mode for big sweeps: a flow may finish TOL of its "
+                           "duration early to share an event (default 1e-3)")
     parser.add_argument("--json", action="store_true", help="print JSON (SI units)")
 
 
@@ -79,6 +85,21 @@ def _size_option(option: str, text: str) -> int:
     if value < 1:
         raise ValueError(f"{option} {text!r} must be at least 1 byte")
     return value
+
+
+def _mode_option(args) -> dict:
+    """``exact``/``tolerance`` of :func:`emulator.simulate` from --exact/--approx [TOL]."""
+    if not args.approx:
+        return {}
+    if args.approx == "default":
+        return {"exact": False}
+    try:
+        tol = float(args.approx)
+    except ValueError:
+        raise ValueError(f"--approx {args.approx!r} is not a number") from None
+    if not 0.0 < tol < 0.5:
+        raise ValueError(f"--approx {args.approx!r} must be a fraction in (0, 0.5)")
+    return {"exact": False, "tolerance": tol}
 
 
 def _factor_option(text: str) -> float | int:
@@ -272,6 +293,7 @@ def run(args: argparse.Namespace) -> int:
     if nranks < 2:
         raise ValueError(f"--topology {args.topology!r} has {n_gpus} GPU(s); a collective needs 2")
     faults = parse_faults(args, G, nranks)
+    mode = _mode_option(args)
     name = G.graph.get("name", args.topology)
 
     if sweep:
@@ -288,7 +310,7 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--dtype: {exc}") from None
         rows = emulator.size_sweep(G, args.op, args.algorithm, min_bytes=lo, max_bytes=hi,
                                    factor=_factor_option(args.factor), ranks=nranks,
-                                   chunks=chunks, dtype=args.dtype, faults=faults)
+                                   chunks=chunks, dtype=args.dtype, faults=faults, **mode)
         if args.json:
             print(json.dumps(rows, indent=1))
         else:
@@ -300,7 +322,7 @@ def run(args: argparse.Namespace) -> int:
 
     nbytes = _size_option("--bytes", args.bytes)
     result = emulator.run_collective(G, args.op, args.algorithm, nbytes, ranks=nranks,
-                                     chunks=chunks, faults=faults)
+                                     chunks=chunks, faults=faults, **mode)
     if args.json:
         out = result.to_dict()
         out.update(topology=name, chunks=chunks, time_us=result.time_s * 1e6,
