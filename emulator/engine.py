@@ -178,6 +178,19 @@ class _Run:
                        self.events)
 
 
+def _group_reduce(ufunc, out: np.ndarray, group: np.ndarray, values: np.ndarray) -> None:
+    """``ufunc.at(out, group, values)``, by a stable sort of the groups: ``ufunc.at`` costs
+    0.4 s per call on the 2 million transfers of a 1024-GPU ring, a 16-bit radix sort and
+    ``reduceat`` 30 ms."""
+    if len(out) > 1 << 16:
+        ufunc.at(out, group, values)
+        return
+    order = np.argsort(group.astype(np.uint16), kind="stable")
+    g = group[order]
+    cut = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    ufunc.at(out, g[cut], ufunc.reduceat(values[order], cut))
+
+
 def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch_peak,
             events: int) -> CollectiveResult:
     """The :class:`CollectiveResult` of transfer times (s) and per-channel usage."""
@@ -189,9 +202,9 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
         pos = np.zeros(max(ranks) + 1, dtype=np.int64)   # rank -> its place in ``ranks``
         pos[list(ranks)] = np.arange(len(ranks))
         si, di = pos[s.src], pos[s.dst]
-        np.minimum.at(first, si, start_t)
-        np.maximum.at(last, si, arrive_t)
-        np.maximum.at(last, di, arrive_t)
+        _group_reduce(np.minimum, first, si, start_t)
+        _group_reduce(np.maximum, last, si, arrive_t)
+        _group_reduce(np.maximum, last, di, arrive_t)
     first[np.isinf(first)] = 0.0
     links = tuple(
         LinkUsage(str(u), str(v), float(net.capacity[k]), int(ch_bytes[k]),

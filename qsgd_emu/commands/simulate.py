@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     mode.add_argument("--approx", nargs="?", const="default", default=None, metavar="TOL",
                       help="approximate mode for big sweeps: a flow may finish TOL of its "
                            "duration early to share an event (default 1e-3)")
+    parser.set_defaults(approx=None)
     parser.add_argument("--json", action="store_true", help="print JSON (SI units)")
 
 
