@@ -46,14 +46,19 @@ def kernel(fn):
     """Register ``fn`` (a module-level function) as a kernel; returns it unchanged, or its
     compiled dispatcher when kernels were already compiled in this process.
 
-    Example
-    -------
-    >>> @kernel
-    ... def _total(x):
-    ...     s = 0.0
-    ...     for v in x:
-    ...         s += v
-    ...     return s
+    Examples
+    --------
+    In a module of kernels (a function defined at a prompt has no module to be swapped in)::
+
+        @kernel
+        def _total(x):
+            s = 0.0
+            for v in x:
+                s += v
+            return s
+
+    >>> kernel.__name__
+    'kernel'
     """
     _REGISTRY.append((fn.__module__, fn.__name__))
     if _state["compiled"]:
@@ -64,13 +69,20 @@ def kernel(fn):
 
 
 def compiled() -> bool:
-    """Whether the kernels are compiled in this process."""
+    """Whether the kernels are compiled in this process.
+
+    Examples
+    --------
+    >>> isinstance(compiled(), bool)
+    True
+    """
     return _state["compiled"]
 
 
 def compile_kernels() -> None:
-    """Swap every registered kernel for its numba dispatcher (once per process)."""
-    if _state["compiled"]:
+    """Swap every registered kernel for its numba dispatcher (once per process; never with
+    ``QSGD_EMU_JIT=never``)."""
+    if _state["compiled"] or _mode() == "never":
         return
     import numba
 
@@ -92,6 +104,11 @@ def use_compiled(work: int) -> bool:
     """Compile the kernels if ``work`` (iterations) makes it pay; True when they are compiled.
 
     Once compiled, kernels stay compiled for the rest of the process, whatever the work.
+
+    Examples
+    --------
+    >>> use_compiled(0) == compiled()      # no work: no compiling
+    True
     """
     mode = _mode()
     if mode == "always" or (mode == "auto" and work >= THRESHOLD):

@@ -12,13 +12,16 @@ Thakur, Rabenseifner & Gropp (2005), which :mod:`emulator.closed_form` writes do
 
 A schedule whose flows never share a channel needs no events: :mod:`emulator.critical_path`
 times it in one pass and checks that premise (a 1024-GPU ring allreduce, 2 million transfers,
-in about a second). Every other schedule runs here: one SimPy process (a generator taking
-``env`` first) advances from event to event. Everything due at one instant is one event:
-starts, arrivals and finishes within 1e-12 of each other (relative) are handled together
-and the rates re-solved once. Re-solving is incremental and compiled
+in about a second). Every other schedule runs here. Everything due at one instant is one
+event: starts, arrivals and finishes within 1e-12 of each other (relative) are handled
+together and the rates re-solved once. Re-solving is incremental and compiled
 (:mod:`emulator.maxmin`): flows on one path are one entity, and only the flows an event can
 speed up or slow down are recomputed. Flows in progress are tracked per path
-(:mod:`emulator.flows`), so an event costs in proportion to what it changes.
+(:mod:`emulator.flows`), so an event costs in proportion to what it changes. The events
+themselves run in a compiled loop (:mod:`emulator.events`) that one SimPy process (a
+generator taking ``env`` first) drives: each step of the SimPy clock hands it up to
+:data:`EVENTS_PER_STEP` events and moves the clock to the last one. Routes are computed once
+per graph and kept with it (:mod:`emulator.netpaths`).
 
 ``exact=False`` (the approximate mode, for sweeps) also finishes, at the earliest finish,
 every flow whose last byte would leave within ``tolerance`` of its own duration later: each
@@ -77,8 +80,8 @@ def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.n
         The rate of each flow: no channel is over capacity, and no flow can go faster without
         slowing a flow that is not faster than it.
 
-    Example
-    -------
+    Examples
+    --------
     >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([1.0, 2.0]), 2)
     array([0.5, 0.5])
     """
@@ -259,8 +262,8 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
     -------
     CollectiveResult
 
-    Example
-    -------
+    Examples
+    --------
     >>> import emulator, topologies
     >>> G = topologies.switch(8)
     >>> s = emulator.build_schedule("alltoall", "direct", 8, 8_000_000)
@@ -311,11 +314,12 @@ def run_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None, chunk
     ``ranks`` defaults to every GPU of ``G``; ``nbytes`` follows nccl-tests (see
     :func:`emulator.build_schedule`); ``exact`` and ``tolerance`` as in :func:`simulate`.
 
-    Example
-    -------
+    Examples
+    --------
     >>> import topologies
-    >>> r = run_collective(topologies.ring(4), "allreduce", "ring", 4_000_000)
-    >>> round(r.time_s * 1e6, 2)
+    >>> G = topologies.from_spec("ring:4,bw=10GB/s,lat=1us")
+    >>> r = run_collective(G, "allreduce", "ring", 4_000_000)
+    >>> round(r.time_s * 1e6, 2)   # 6 (1 + 100) us
     606.0
     """
     import topologies

@@ -371,8 +371,8 @@ class Allocator:
     capacity : array of float
         Bytes/s of each channel.
 
-    Example
-    -------
+    Examples
+    --------
     >>> a = Allocator([0, 1, 3], [0, 0, 1], [1.0, 2.0])
     >>> a.change(0, 1); a.change(1, 1); _ = a.solve()
     >>> a.rates().tolist()
@@ -426,8 +426,8 @@ def max_min(entry_flow, entry_chan, capacity, n_flows: int, *, compiled: bool | 
     ndarray of float
         One rate per flow (flows with no channel get inf).
 
-    Example
-    -------
+    Examples
+    --------
     >>> max_min([0, 1, 1], [0, 0, 1], [1.0, 2.0], 2).tolist()
     [0.5, 0.5]
     """
