@@ -9,9 +9,9 @@ with :func:`kernel`; it runs interpreted until some caller with enough work call
 ``numba.njit(cache=True)`` dispatcher of the same function. Kernels call each other
 through module globals, so after the swap the compiled ones call compiled ones.
 
-The compiled code is cached on disk by numba: next to the source (``__pycache__``) when
-that is writable, else in ``NUMBA_CACHE_DIR`` or numba's per-user cache directory
-(numba's ``_UserWideCacheLocator``), so a read-only installation still caches.
+The compiled code is cached on disk by numba, in a per-user folder named by a hash of the
+kernels' sources (:func:`cache_dir`): writable however the package is installed, and never
+stale when one kernel's callee in another file changes.
 
 ``QSGD_EMU_JIT`` overrides the choice: ``always`` compiles at the first call of any
 kernel user, ``never`` keeps the interpreter (for debugging), ``auto`` (default) decides by
@@ -19,12 +19,13 @@ the size of the work.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 
 from .errors import ConfigError
 
-__all__ = ["kernel", "compile_kernels", "use_compiled", "compiled"]
+__all__ = ["kernel", "compile_kernels", "use_compiled", "compiled", "cache_dir"]
 
 #: Work (loop iterations, roughly) above which compiling pays: interpreted kernels cost
 #: ~1-3 us per iteration, loading the compiled ones ~0.8 s once per process.
@@ -43,8 +44,8 @@ def _mode() -> str:
 
 
 def kernel(fn):
-    """Register ``fn`` (a module-level function) as a kernel; returns it unchanged, or its
-    compiled dispatcher when kernels were already compiled in this process.
+    """Register ``fn`` (a module-level function) as a kernel; returns it unchanged (every
+    kernel module is imported with :mod:`emulator`, before anything compiles).
 
     Examples
     --------
@@ -62,9 +63,8 @@ def kernel(fn):
     """
     _REGISTRY.append((fn.__module__, fn.__name__))
     if _state["compiled"]:
-        import numba
-
-        return numba.njit(**_OPTIONS)(fn)
+        raise RuntimeError(f"kernel {fn.__module__}.{fn.__name__} registered after the kernels "
+                           f"were compiled: import it with the others")
     return fn
 
 
@@ -79,17 +79,47 @@ def compiled() -> bool:
     return _state["compiled"]
 
 
+def cache_dir() -> str:
+    """Where the compiled kernels are cached: a folder per version of the kernels' sources.
+
+    numba keys its cache of a function by that function's file alone, so a kernel whose
+    callee in another file changed would load stale machine code. The folder's name is a
+    hash of every kernel module's source, so any change compiles afresh. The base is
+    ``NUMBA_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/qsgd-emu/numba`` (``~/.cache``):
+    writable however the package is installed.
+
+    Examples
+    --------
+    >>> os.path.basename(os.path.dirname(cache_dir()))
+    'numba'
+    """
+    base = os.environ.get("NUMBA_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "qsgd-emu", "numba")
+    digest = hashlib.sha256()
+    for module in sorted({m for m, _ in _REGISTRY}):
+        with open(sys.modules[module].__file__, "rb") as f:
+            digest.update(f.read())
+    return os.path.join(base, digest.hexdigest()[:16])
+
+
 def compile_kernels() -> None:
     """Swap every registered kernel for its numba dispatcher (once per process; never with
-    ``QSGD_EMU_JIT=never``)."""
+    ``QSGD_EMU_JIT=never``), cached in :func:`cache_dir`."""
     if _state["compiled"] or _mode() == "never":
         return
     import numba
 
-    swapped = {}
-    for module, name in _REGISTRY:
-        fn = sys.modules[module].__dict__[name]
-        swapped[fn] = numba.njit(**_OPTIONS)(fn)
+    # The cache folder is bound when a dispatcher is made: set it for ours only.
+    before = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = cache_dir()
+    try:
+        swapped = {}
+        for module, name in _REGISTRY:
+            fn = sys.modules[module].__dict__[name]
+            swapped[fn] = numba.njit(**_OPTIONS)(fn)
+    finally:
+        numba.config.CACHE_DIR = before
     # Kernels imported by name into another kernel module (``from .maxmin import change``)
     # are swapped there too.
     for module in {m for m, _ in _REGISTRY}:

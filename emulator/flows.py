@@ -9,10 +9,11 @@ only for the paths whose rate an event re-solved. An event therefore costs in pr
 the flows that start, finish or change rate, not to the flows in progress.
 
 Finishing is batched by a rule with two relative tolerances: a flow whose last byte leaves at
-``fin`` finishes at the current time ``t`` when ``fin - t <= rel_t * t + rel_d * (fin -
+``fin`` may finish at the current time ``t`` when ``fin - t <= rel_t * t + rel_d * (fin -
 start)``. The exact engine uses ``rel_t = 1e-12`` (the same byte count at the same rate
-computed through different float paths) and ``rel_d = 0``; the approximate mode adds
-``rel_d``: a flow then leaves at most that fraction of its own duration early.
+computed through different float paths) and ``rel_d = 0``, and every flow within that window
+finishes. The approximate mode adds ``rel_d``: flows are taken in order of finish time while
+they satisfy the rule, so a flow leaves at most that fraction of its own duration early.
 """
 from __future__ import annotations
 
@@ -171,10 +172,14 @@ def finish(P: Paths, S: State, F: Flows, t, rel_t, rel_d):
             done += 1
             change(P, S, p, -1, t)
         if F.head[p] >= 0:
-            # Back in the heap once the scan is over: not due under the per-flow rule, or
-            # due no more (re-keyed after the solve, as p changed).
+            # Back in the heap once the scan is over: due no more (re-keyed after the solve,
+            # as p changed), or not due under the per-flow rule; then the scan ends: the
+            # rule permits finishing early, it does not oblige, and flows further in time
+            # order would make every event scan all it could have grouped.
             F.out[len(F.out) - 1 - n_defer] = p
             n_defer += 1
+            if done == 0:
+                break
     for k in range(n_defer):
         p = F.out[len(F.out) - 1 - k]
         _heap_set(F, p, S.mark[p] + (F.thr[F.head[p]] - S.sent[p]) / S.rate[p])

@@ -40,11 +40,11 @@ class _Routes:
 
         self.router = topologies.Router(G)
         self.gpus = list(gpus)
-        self.chan_of: dict = {}
+        self.chan_of: dict = {}           # u -> {v: id of channel u -> v}
         channels, cap, lat = [], [], []
         for u, v, d in G.edges(data=True):
             for a, b in ((u, v), (v, u)):
-                self.chan_of[a, b] = len(channels)
+                self.chan_of.setdefault(a, {})[b] = len(channels)
                 channels.append((a, b))
                 cap.append(float(d["bandwidth"]))
                 lat.append(float(d["latency"]))
@@ -57,18 +57,14 @@ class _Routes:
         self.by_channels: dict = {}                        # channel tuple -> path (routes)
         self.ptr = array("q", [0])        # compact growing CSR (a list of ints costs 36 B each)
         self.chan = array("q")
-        self.lat = array("d")
         self._ptr = np.zeros(1, dtype=np.int64)
         self._chan = np.zeros(0, dtype=np.int64)
         self._lat = np.zeros(0)
 
     def _add(self, ids: list) -> int:
+        """A new path (its latency is summed in :meth:`_sync`)."""
         self.chan.extend(ids)
         self.ptr.append(len(self.chan))
-        total = 0.0
-        for c in ids:          # in route order, as a float sum along the route adds them
-            total += self.chan_lat[c]
-        self.lat.append(total)
         return len(self.ptr) - 2
 
     def _route(self, route, s: int, d: int) -> list:
@@ -78,7 +74,7 @@ class _Routes:
         out: list = []
         for a, b in zip(stops, stops[1:]):
             p = self.router.path(a, b, route.flow)
-            out.extend(chan_of[x, y] for x, y in zip(p, p[1:]))
+            out.extend(map(dict.__getitem__, map(chan_of.__getitem__, p[:-1]), p[1:]))
         return out
 
     def paths(self, routes, route_idx: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -113,10 +109,23 @@ class _Routes:
                 ids.append(pid)
             out[rest] = np.asarray(ids, dtype=np.int64)[np.ravel(trip[1])]
         if len(self.ptr) - 1 != len(self._lat):
-            self._ptr = np.array(self.ptr, dtype=np.int64)
-            self._chan = np.array(self.chan, dtype=np.int64)
-            self._lat = np.array(self.lat)
+            self._sync()
         return out
+
+    def _sync(self) -> None:
+        """numpy copies of the CSR, and the latencies of the paths added since the last."""
+        self._ptr = np.array(self.ptr, dtype=np.int64)
+        self._chan = np.array(self.chan, dtype=np.int64)
+        done = len(self._lat)
+        ptr = self._ptr[done:]
+        lens = np.diff(ptr)
+        # Sum along each path in route order, as a float sum along the route adds them.
+        lat = np.zeros(len(lens))
+        pos = ptr[:-1].copy()
+        for k in range(int(lens.max()) if len(lens) else 0):
+            at = k < lens
+            lat[at] += self.chan_lat[self._chan[pos[at] + k]]
+        self._lat = np.concatenate([self._lat, lat])
 
 
 def _routes_of(G, gpus) -> _Routes:
