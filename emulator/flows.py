@@ -13,7 +13,9 @@ Finishing is batched by a rule with two relative tolerances: a flow whose last b
 start)``. The exact engine uses ``rel_t = 1e-12`` (the same byte count at the same rate
 computed through different float paths) and ``rel_d = 0``, and every flow within that window
 finishes. The approximate mode adds ``rel_d``: flows are taken in order of finish time while
-they satisfy the rule, so a flow leaves at most that fraction of its own duration early.
+they satisfy the rule (it permits finishing early, it does not oblige: scanning further would
+cost every event all it could group), so a flow leaves at most that fraction of its own
+duration early.
 """
 from __future__ import annotations
 
@@ -149,18 +151,19 @@ def join(P: Paths, S: State, F: Flows, idx, t):
 
 @kernel
 def finish(P: Paths, S: State, F: Flows, t, rel_t, rel_d):
-    """Flows due at ``t`` (module docstring) leave their paths; returns how many (listed
-    first in ``F.out``)."""
+    """Flows due at ``t`` (module docstring) leave their paths, in order of finish time
+    while the rule holds; returns how many (listed first in ``F.out``). A path left with
+    flows is out of the heap until :func:`rekey` after the solve (it changed)."""
     n_out = 0
-    limit = t * (1.0 + rel_t) / (1.0 - rel_d)
-    n_defer = 0
-    while F.hsize[0] > 0 and F.hkey[0] <= limit:
+    while F.hsize[0] > 0:
         p = F.hval[0]
         key = F.hkey[0]
+        f = F.head[p]
+        if key - t > rel_t * t + rel_d * (key - F.start[f]):
+            break
         _heap_remove(F, p)
         advance(P, S, p, t)
-        base = F.thr[F.head[p]]
-        done = 0
+        base = F.thr[f]
         while F.head[p] >= 0:
             f = F.head[p]
             fin = key + (F.thr[f] - base) / S.rate[p]
@@ -169,20 +172,7 @@ def finish(P: Paths, S: State, F: Flows, t, rel_t, rel_d):
             F.head[p] = F.nxt[f]
             F.out[n_out] = f
             n_out += 1
-            done += 1
             change(P, S, p, -1, t)
-        if F.head[p] >= 0:
-            # Back in the heap once the scan is over: due no more (re-keyed after the solve,
-            # as p changed), or not due under the per-flow rule; then the scan ends: the
-            # rule permits finishing early, it does not oblige, and flows further in time
-            # order would make every event scan all it could have grouped.
-            F.out[len(F.out) - 1 - n_defer] = p
-            n_defer += 1
-            if done == 0:
-                break
-    for k in range(n_defer):
-        p = F.out[len(F.out) - 1 - k]
-        _heap_set(F, p, S.mark[p] + (F.thr[F.head[p]] - S.sent[p]) / S.rate[p])
     return n_out
 
 

@@ -117,6 +117,15 @@ CASES = {c.name: c for c in (
 
 
 def _peak_mb() -> float:
+    """This process's peak resident memory (MB): VmHWM, which exec resets (ru_maxrss keeps
+    the parent's high-water mark across the exec of a spawned child)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0   # KiB on Linux
 
 

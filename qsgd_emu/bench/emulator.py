@@ -242,11 +242,17 @@ def run_bench(sizes, nbytes: int, *, naive_max: int, budget_s: float, progress=N
         else:
             last = bench_case(n, nbytes, naive=n <= naive_max, event_loop=n <= events_max,
                               G=make_graph(n))
-            last["peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+            last["peak_mb"] = _peak_mb()
             rows.append(last)
         if progress:
             progress(rows[-1])
     return rows
+
+
+def _peak_mb() -> float:
+    from qsgd_emu.bench.congested import _peak_mb as peak
+
+    return peak()
 
 
 def _fmt(value, spec: str, missing: str = "-") -> str:
