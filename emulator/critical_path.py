@@ -14,22 +14,22 @@ the flows would have shared bandwidth and :func:`emulator.simulate` falls back t
 engine. Rings on rings, switches and non-blocking fabrics, trees and the QSGD transports on
 uncongested fabrics all take this path, which is what makes thousand-GPU studies cheap.
 
-The two loops are numba-compiled (a schedule of a 1024-GPU ring allreduce has 2 million
-transfers; a Python loop over them would take seconds).
+The two loops are kernels (:mod:`emulator._jit`): numba-compiled for big schedules (a
+1024-GPU ring allreduce has 2 million transfers; a Python loop over them would take
+seconds), interpreted for small ones, where loading numba would cost more than the loop.
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from ._jit import kernel, use_compiled
 
 # Overlaps shorter than this fraction of the time at which they happen are float noise (the
 # same relative tolerance the event engine uses to finish flows together).
 _REL_TOL = 1e-12
 
-_JIT = dict(cache=True, nogil=True)
 
-
-@njit(**_JIT)
+@kernel
 def _times(dep_ptr, dep_idx, earliest, compute_s, size, moves, pair_of, pair_rate, pair_lat):
     """Start, leave and arrival times (s) of every transfer, in index order (deps point back)."""
     n = len(size)
@@ -52,7 +52,7 @@ def _times(dep_ptr, dep_idx, earliest, compute_s, size, moves, pair_of, pair_rat
     return start, leave, arrive
 
 
-@njit(**_JIT)
+@kernel
 def _sorted_by_start(members, start):
     """``members`` (flow indices) ordered by start time; stable, cheap when already sorted."""
     for k in range(len(members) - 1):
@@ -61,7 +61,7 @@ def _sorted_by_start(members, start):
     return members
 
 
-@njit(**_JIT)
+@kernel
 def _overlaps(order, start, leave):
     for k in range(len(order) - 1):
         a, b = order[k], order[k + 1]
@@ -70,7 +70,7 @@ def _overlaps(order, start, leave):
     return False
 
 
-@njit(**_JIT)
+@kernel
 def _any_overlap(flows, flow_pair, start, leave, n_pairs, chan_ptr, chan_pairs):
     """True when two flows are on one channel at once.
 
@@ -134,6 +134,7 @@ def contention_free(net, schedule, earliest: np.ndarray):
         (then only the event engine's max-min sharing gives the right answer).
     """
     s = schedule
+    use_compiled(len(s) + len(s.dep_idx))
     n_pairs = len(net.pair_ptr) - 1
     lens = np.diff(net.pair_ptr)
     pair_id = np.repeat(np.arange(n_pairs), lens)

@@ -5,42 +5,66 @@ dependencies have arrived (and its ``compute_s`` of local work has passed, and a
 delay of its sender). The flow follows the route :class:`topologies.Router` gives for its
 (source GPU, destination GPU) and crosses the directed channels of that route. Concurrent
 flows share every channel max-min fairly (progressive filling, Bertsekas & Gallager, *Data
-Networks*, section 6.5.2); rates are recomputed only when a flow starts or its last byte
-leaves. A flow's bytes leave at its (changing) rate and arrive one path latency later, so an
+Networks*, section 6.5.2); rates change only when a flow starts or its last byte leaves. A
+flow's bytes leave at its (changing) rate and arrive one path latency later, so an
 uncongested message of m bytes takes latency + m / bandwidth: the alpha-beta model of
 Thakur, Rabenseifner & Gropp (2005), which :mod:`emulator.closed_form` writes down.
 
 A schedule whose flows never share a channel needs no events: :mod:`emulator.critical_path`
 times it in one pass and checks that premise (a 1024-GPU ring allreduce, 2 million transfers,
-in about a second). Every other schedule runs here: one SimPy process (a generator taking
-``env`` first) advances from event to event, handling all flows that start or finish together
-as one numpy batch (about 75 us per event). Results are deterministic: no randomness, no
-dependence on dict or set order.
+in about a second). Every other schedule runs here. Everything due at one instant is one
+event: starts, arrivals and finishes within 1e-12 of each other (relative) are handled
+together and the rates re-solved once. Re-solving is incremental and compiled
+(:mod:`emulator.maxmin`): flows on one path are one entity, and only the flows an event can
+speed up or slow down are recomputed. Flows in progress are tracked per path
+(:mod:`emulator.flows`), so an event costs in proportion to what it changes. The events
+themselves run in a compiled loop (:mod:`emulator.events`) that one SimPy process (a
+generator taking ``env`` first) drives: each step of the SimPy clock hands it up to
+:data:`EVENTS_PER_STEP` events and moves the clock to the last one. Routes are computed once
+per graph and kept with it (:mod:`emulator.netpaths`).
+
+``exact=False`` (the approximate mode, for sweeps) also finishes, at the earliest finish,
+every flow whose last byte would leave within ``tolerance`` of its own duration later: each
+flow then ends at most that fraction of its duration early (its last bytes count as sent);
+on a chain of flows that never share, the collective is at most ``tolerance`` (relative)
+short. Through sharing the error can spread further; ``qsgd-emu bench emulator`` measures
+it against the exact mode. Results are deterministic: no randomness, no dependence on dict or
+set order.
 """
 from __future__ import annotations
-
-import heapq
-import itertools
 
 import numpy as np
 import simpy
 
+from . import events as _events
+from . import flows as _flows
+from . import maxmin as _maxmin
+from ._jit import use_compiled
 from .collectives import Schedule, build_schedule
 from .critical_path import contention_free
 from .errors import ConfigError, SimulationError
 from .faults import Fault
+from .netpaths import Network as _Network
 from .result import CollectiveResult, LinkUsage
 
-__all__ = ["simulate", "run_collective", "max_min_rates"]
+__all__ = ["simulate", "run_collective", "max_min_rates", "APPROX_TOLERANCE"]
 
-# Flows whose finish times agree to this relative tolerance finish in the same event: the same
-# byte count at the same rate computed through different float paths.
+# Events closer than this (relative to the time) are one event: the same byte count at the
+# same rate computed through different float paths.
 _REL_TOL = 1e-12
+
+#: ``exact=False``: a flow may finish this fraction of its duration early to share an event.
+APPROX_TOLERANCE = 1e-3
+
+#: Events the compiled loop handles per step of the SimPy clock.
+EVENTS_PER_STEP = 4096
 
 
 def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.ndarray,
                   n_flows: int) -> np.ndarray:
-    """Max-min fair rates (bytes/s) by progressive filling.
+    """Max-min fair rates (bytes/s) by progressive filling: the reference, one numpy pass
+    per level, that the engine's incremental allocator (:mod:`emulator.maxmin`) is tested
+    against.
 
     Parameters
     ----------
@@ -55,6 +79,11 @@ def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.n
     ndarray of float
         The rate of each flow: no channel is over capacity, and no flow can go faster without
         slowing a flow that is not faster than it.
+
+    Examples
+    --------
+    >>> max_min_rates(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([1.0, 2.0]), 2)
+    array([0.5, 0.5])
     """
     rate = np.zeros(n_flows)
     frozen = np.zeros(n_flows, dtype=bool)
@@ -78,240 +107,91 @@ def max_min_rates(entry_flow: np.ndarray, entry_chan: np.ndarray, capacity: np.n
     return rate
 
 
-class _Network:
-    """Routes, channel capacities and latencies of the (route, source, destination) triples a
-    schedule uses; transfers of one triple share its path ("pair" below)."""
-
-    def __init__(self, G, schedule: Schedule):
-        import topologies
-
-        self.G = G
-        self.nodes = topologies.gpus(G)
-        n_gpus = len(self.nodes)
-        bad = [r for r in schedule.ranks if r >= n_gpus]
-        if bad:
-            raise ConfigError(f"ranks {bad[:5]} are not in the topology {G.graph.get('name', '')!r} "
-                              f"({n_gpus} GPUs, ranks 0..{n_gpus - 1})")
-        for route in schedule.routes:
-            missing = [v for v in route.via if v not in G]
-            if missing:
-                raise ConfigError(f"route via {missing[0]!r} is not a node of the topology "
-                                  f"{G.graph.get('name', '')!r}")
-        router = topologies.Router(G)
-        net = schedule.src != schedule.dst
-        nn = n_gpus * n_gpus
-        key = np.where(net, schedule.route * nn + schedule.src * n_gpus + schedule.dst, -1)
-        if nn * len(schedule.routes) <= 1 << 26:
-            # Pairs by a presence table over all keys: linear, where np.unique sorts the
-            # millions of transfers of a big ring (0.5 s at 1024 GPUs).
-            seen = np.zeros(nn * len(schedule.routes) + 1, dtype=bool)
-            seen[key + 1] = True
-            pairs = np.flatnonzero(seen) - 1
-            self.pair_of = (np.cumsum(seen) - 1)[key + 1]
-        else:
-            pairs, self.pair_of = np.unique(key, return_inverse=True)
-        self.chan_ids: dict = {}
-        ptr, chans, lat = [0], [], []
-        for k in pairs.tolist():
-            if k < 0:  # local steps: no route
-                ptr.append(ptr[-1])
-                lat.append(0.0)
-                continue
-            r, sd = divmod(k, nn)
-            s, d = divmod(sd, n_gpus)
-            route = schedule.routes[r]
-            stops = (self.nodes[s], *route.via, self.nodes[d])
-            path = [c for a, b in zip(stops, stops[1:]) for c in router.channels(a, b, route.flow)]
-            ids = [self.chan_ids.setdefault(c, len(self.chan_ids)) for c in path]
-            chans.extend(ids)
-            ptr.append(len(chans))
-            lat.append(sum(G.edges[u, v]["latency"] for u, v in path))
-        self.pair_ptr = np.array(ptr, dtype=np.int64)
-        self.pair_chan = np.array(chans, dtype=np.int64)
-        self.pair_lat = np.array(lat)
-        self.channels = list(self.chan_ids)
-        self.capacity = np.array([float(G.edges[u, v]["bandwidth"]) for u, v in self.channels])
-
-    def entries(self, pair_ids: np.ndarray):
-        """(flow index, channel id) entries of flows with these pair ids."""
-        starts = self.pair_ptr[pair_ids]
-        lens = self.pair_ptr[pair_ids + 1] - starts
-        total = int(lens.sum())
-        flow = np.repeat(np.arange(len(pair_ids)), lens)
-        offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-        return flow, self.pair_chan[np.repeat(starts, lens) + offs]
-
-
 class _Run:
-    """State of one simulation; :meth:`process` is the SimPy process."""
+    """State of one simulation; :meth:`process` is the SimPy process.
 
-    def __init__(self, net: "_Network", schedule: Schedule, earliest: np.ndarray):
+    ``tolerance`` > 0 is the approximate mode (module docstring).
+    """
+
+    def __init__(self, net: "_Network", schedule: Schedule, earliest: np.ndarray,
+                 tolerance: float = 0.0):
         self.s = schedule
         self.net = net
         n = len(schedule)
         self.n = n
-        self.remaining = np.diff(schedule.dep_ptr).astype(np.int64)
-        owners = np.repeat(np.arange(n, dtype=np.int64), self.remaining)
-        order = np.argsort(schedule.dep_idx, kind="stable")
-        self.rev_idx = owners[order]
-        self.rev_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(schedule.dep_idx, minlength=n), out=self.rev_ptr[1:])
-        self.earliest = earliest
-        self.start_t = np.full(n, np.nan)
-        self.arrive_t = np.full(n, np.nan)
-        self.starts: list = []     # heap of (time, seq, indices) whose flows start then
-        self.arrivals: list = []   # heap of (time, seq, indices) that arrive then
-        self.seq = itertools.count()
-        self.act = np.empty(0, dtype=np.int64)    # active flows (transfer indices)
-        self.rate = np.empty(0)                      # their rates, bytes/s
-        self.fin = np.empty(0)                       # when their last byte leaves, s
-        nch = len(self.net.channels)
-        self.ch_count = np.zeros(nch, dtype=np.int64)  # active flows per channel
-        self.loaded = np.empty(0, dtype=np.int64)
-        self.ch_bytes = np.zeros(nch, dtype=np.int64)
-        self.ch_busy = np.zeros(nch)
-        self.ch_peak = np.zeros(nch)
-        self.load = np.zeros(nch)
-        self.events = 0
-        self.done = 0
+        self.tolerance = float(tolerance)
+        moves = (schedule.src != schedule.dst) & (schedule.size > 0)
+        # Interpreted, an event costs ~1 ms: compiled pays from ~50 flows on.
+        use_compiled(1000 * int(np.count_nonzero(moves)))
+        remaining = np.diff(schedule.dep_ptr).astype(np.int64)
+        owners = np.repeat(np.arange(n, dtype=np.int64), remaining)
+        rev_ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(schedule.dep_idx, minlength=n), out=rev_ptr[1:])
+        self.sched = _events.Schedule(
+            moves=moves, compute=np.ascontiguousarray(schedule.compute_s, dtype=np.float64),
+            earliest=np.ascontiguousarray(earliest, dtype=np.float64),
+            lat=net.pair_lat[net.pair_of], remaining=remaining, rev_ptr=rev_ptr,
+            rev_idx=owners[np.argsort(schedule.dep_idx, kind="stable")])
+        self.paths = _maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity)
+        self.state = _maxmin.new_state(self.paths)
+        self.flows = _flows.new_flows(net.pair_of, schedule.size, len(net.pair_ptr) - 1)
+        self.clock = _events.new_clock(n)
+        _events.start(self.sched, self.clock)
 
-    # -- bookkeeping --------------------------------------------------------------------
-    def _ready(self, idx: np.ndarray, t: float) -> None:
-        """Transfers whose dependencies all arrived at ``t``: schedule their starts."""
-        if not len(idx):
-            return
-        st = np.maximum(t, self.earliest[idx]) + self.s.compute_s[idx]
-        for when in np.unique(st):
-            heapq.heappush(self.starts, (float(when), next(self.seq), idx[st == when]))
+    @property
+    def ch_peak(self) -> np.ndarray:
+        """Highest load / capacity of each channel (unclipped)."""
+        return self.state.peak
 
-    def _complete(self, idx: np.ndarray, t: float) -> None:
-        self.arrive_t[idx] = t
-        self.done += len(idx)
-        lo, hi = self.rev_ptr[idx], self.rev_ptr[idx + 1]
-        lens = hi - lo
-        total = int(lens.sum())
-        if total == 0:
-            return
-        offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
-        dependants = self.rev_idx[np.repeat(lo, lens) + offs]
-        uniq, cnt = np.unique(dependants, return_counts=True)
-        self.remaining[uniq] -= cnt
-        self._ready(uniq[self.remaining[uniq] == 0], t)
+    @property
+    def events(self) -> int:
+        """Instants handled so far."""
+        return int(self.clock.counts[2])
 
-    def _start(self, idx: np.ndarray, t: float) -> None:
-        """Start the transfers ``idx`` at ``t``: flows join, empty ones just travel."""
-        self.start_t[idx] = t
-        size = self.s.size[idx]
-        local = self.s.src[idx] == self.s.dst[idx]
-        instant = local | (size == 0)   # no bytes to send: arrives after the path latency
-        if instant.any():
-            self._travel(idx[instant], t)
-        flows = idx[~instant]
-        if not len(flows):
-            return
-        flow, chan = self.net.entries(self.net.pair_of[flows])
-        nbytes = self.s.size[flows].astype(float)
-        self.ch_bytes += np.bincount(chan, weights=nbytes[flow],
-                                     minlength=len(self.ch_bytes)).astype(np.int64)
-        # Fast path: flows on channels nobody else uses change nobody's rate; each runs at the
-        # bandwidth of its slowest channel.
-        if not self.ch_count[chan].any() and len(np.unique(chan)) == len(chan):
-            starts = np.concatenate([[0], np.cumsum(np.bincount(flow))[:-1]])
-            rate = np.minimum.reduceat(self.net.capacity[chan], starts)
-            self.ch_count[chan] += 1
-            self._set_load(chan, rate[flow])
-            self.act = np.concatenate([self.act, flows])
-            self.rate = np.concatenate([self.rate, rate])
-            self.fin = np.concatenate([self.fin, t + nbytes / rate])
-            return
-        rem = self._remaining(t)
-        self.act = np.concatenate([self.act, flows])
-        self._reallocate(np.concatenate([rem, nbytes]), t)
+    @property
+    def resolved(self) -> int:
+        """Paths whose rates were re-solved, summed over the events."""
+        return int(self.clock.counts[3])
 
-    def _travel(self, idx: np.ndarray, t: float) -> None:
-        """Transfers whose last byte left at ``t`` arrive one path latency later."""
-        lat = self.net.pair_lat[self.net.pair_of[idx]]
-        for when in np.unique(lat):
-            heapq.heappush(self.arrivals, (t + float(when), next(self.seq), idx[lat == when]))
-
-    def _remaining(self, t: float) -> np.ndarray:
-        """Bytes still to send of each active flow at ``t``."""
-        return np.maximum((self.fin - t) * self.rate, 0.0)
-
-    def _set_load(self, chan: np.ndarray, load: np.ndarray) -> None:
-        self.load[chan] = load
-        np.maximum.at(self.ch_peak, chan, load / self.net.capacity[chan])
-        self.loaded = np.flatnonzero(self.load > 0)
-
-    def _reallocate(self, rem: np.ndarray, t: float) -> None:
-        """Max-min fair rates of every active flow, from their remaining bytes at ``t``."""
-        flow, chan = self.net.entries(self.net.pair_of[self.act])
-        self.rate = max_min_rates(flow, chan, self.net.capacity, len(self.act))
-        self.fin = t + rem / self.rate
-        self.ch_count = np.bincount(chan, minlength=len(self.load))
-        self.load = np.zeros(len(self.load))
-        self._set_load(chan, np.bincount(chan, weights=self.rate[flow], minlength=len(self.load))[chan])
-
-    def _finish(self, t: float) -> None:
-        """Flows whose last byte leaves at ``t`` (to a relative tolerance) leave the network."""
-        gone = self.fin <= t + _REL_TOL * max(t, 1e-300)
-        ids = self.act[gone]
-        self._travel(ids, t)
-        flow, chan = self.net.entries(self.net.pair_of[ids])
-        keep = ~gone
-        if np.all(self.ch_count[chan] == 1):
-            # Fast path: they had their channels to themselves; nobody else speeds up.
-            self.ch_count[chan] = 0
-            self._set_load(chan, np.zeros(len(chan)))
-            self.act, self.rate, self.fin = self.act[keep], self.rate[keep], self.fin[keep]
-            return
-        rem = self._remaining(t)[keep]
-        self.act = self.act[keep]
-        self._reallocate(rem, t)
-
-    # -- the SimPy process --------------------------------------------------------------
     def process(self, env: simpy.Environment):
-        self._ready(np.flatnonzero(self.remaining == 0), 0.0)
+        """Advance the clock in steps of up to :data:`EVENTS_PER_STEP` events."""
+        K = self.clock
         while True:
-            t = env.now
-            # Everything due now, until nothing more is: arrivals release dependants, whose
-            # starts (with no local work) are due now too.
-            while True:
-                moved = False
-                while self.arrivals and self.arrivals[0][0] <= t:
-                    _, _, idx = heapq.heappop(self.arrivals)
-                    self._complete(idx, t)
-                    moved = True
-                while self.starts and self.starts[0][0] <= t:
-                    _, _, idx = heapq.heappop(self.starts)
-                    self._start(idx, t)
-                    moved = True
-                if not moved:
-                    break
-            nxt = []
-            if self.starts:
-                nxt.append(self.starts[0][0])
-            if self.arrivals:
-                nxt.append(self.arrivals[0][0])
-            t_fin = float(self.fin.min()) if len(self.act) else np.inf
-            nxt.append(t_fin)
-            t_next = min(nxt)
+            t_next = _events.next_time(self.flows, K)
             if t_next == np.inf:
                 return
-            self.events += 1
-            self.ch_busy[self.loaded] += t_next - t
-            yield env.timeout(t_next - t)
-            if t_fin <= env.now:
-                self._finish(env.now)
+            yield env.timeout(max(t_next - env.now, 0.0))
+            last = _events.run(self.paths, self.state, self.flows, self.sched, K, _REL_TOL,
+                               self.tolerance, EVENTS_PER_STEP)
+            if K.counts[4]:
+                raise SimulationError("max-min allocation gave a flow no bandwidth at "
+                                      f"t={last!r} s (a channel's residual capacity reached 0)")
+            if last > env.now:
+                yield env.timeout(last - env.now)
 
     def result(self) -> CollectiveResult:
-        if self.done != self.n:
-            stuck = np.flatnonzero(np.isnan(self.arrive_t))[:5]
-            raise SimulationError(f"{self.n - self.done} of {self.n} transfers never ran "
+        done = int(self.clock.counts[1])
+        if done != self.n:
+            stuck = np.flatnonzero(np.isnan(self.clock.arrive))[:5]
+            raise SimulationError(f"{self.n - done} of {self.n} transfers never ran "
                                   f"(dependencies never satisfied), e.g. transfers "
                                   f"{self.s.ids[stuck].tolist()}")
-        return _result(self.s, self.net, self.start_t, self.arrive_t, self.ch_bytes,
-                       self.ch_busy, self.ch_peak, self.events)
+        return _result(self.s, self.net, self.clock.start, self.clock.arrive,
+                       self.net.channel_bytes(self.s), self.state.busy, self.state.peak,
+                       self.events)
+
+
+def _group_reduce(ufunc, out: np.ndarray, group: np.ndarray, values: np.ndarray) -> None:
+    """``ufunc.at(out, group, values)``, by a stable sort of the groups: ``ufunc.at`` costs
+    0.4 s per call on the 2 million transfers of a 1024-GPU ring, a 16-bit radix sort and
+    ``reduceat`` 30 ms."""
+    if len(out) > 1 << 16:
+        ufunc.at(out, group, values)
+        return
+    order = np.argsort(group.astype(np.uint16), kind="stable")
+    g = group[order]
+    cut = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
+    ufunc.at(out, g[cut], ufunc.reduceat(values[order], cut))
 
 
 def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch_peak,
@@ -325,9 +205,9 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
         pos = np.zeros(max(ranks) + 1, dtype=np.int64)   # rank -> its place in ``ranks``
         pos[list(ranks)] = np.arange(len(ranks))
         si, di = pos[s.src], pos[s.dst]
-        np.minimum.at(first, si, start_t)
-        np.maximum.at(last, si, arrive_t)
-        np.maximum.at(last, di, arrive_t)
+        _group_reduce(np.minimum, first, si, start_t)
+        _group_reduce(np.maximum, last, si, arrive_t)
+        _group_reduce(np.maximum, last, di, arrive_t)
     first[np.isinf(first)] = 0.0
     links = tuple(
         LinkUsage(str(u), str(v), float(net.capacity[k]), int(ch_bytes[k]),
@@ -343,7 +223,22 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
                             bytes_received=received, events=events)
 
 
-def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -> CollectiveResult:
+def _tolerance(exact, tolerance) -> float:
+    """The approximate mode's tolerance (0.0 when exact), validated."""
+    if not isinstance(exact, bool):
+        raise ConfigError(f"exact={exact!r} must be True or False")
+    if tolerance is None:
+        return 0.0 if exact else APPROX_TOLERANCE
+    if exact:
+        raise ConfigError(f"tolerance={tolerance!r} applies only with exact=False")
+    if isinstance(tolerance, bool) or not isinstance(tolerance, (int, float)) or \
+            not 0.0 < tolerance < 0.5:
+        raise ConfigError(f"tolerance={tolerance!r} must be a number in (0, 0.5)")
+    return float(tolerance)
+
+
+def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=None,
+             _force_events: bool = False) -> CollectiveResult:
     """Run ``schedule`` over topology ``G`` and return what happened.
 
     Parameters
@@ -356,6 +251,12 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
     faults : sequence of Fault
         What-ifs: :class:`~emulator.DegradedLink`, :class:`~emulator.RemovedLink`,
         :class:`~emulator.Straggler`. Applied to a copy of ``G``.
+    exact : bool
+        True (default): every event at its own time (to 1e-12 relative). False: the
+        approximate mode of the module docstring, for sweeps.
+    tolerance : float, optional
+        With ``exact=False``: the fraction of its duration (0 < tolerance < 0.5) by which a
+        flow may finish early to share an event; default :data:`APPROX_TOLERANCE`.
 
     Returns
     -------
@@ -372,9 +273,17 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
     >>> r = emulator.simulate(G, s)
     >>> round(r.time_s * 1e3, 4), r.flows
     (2.002, 2)
+
+    An all-to-all on 8 GPUs of one switch: 7 flows share each GPU's port.
+
+    >>> G = topologies.switch(8)
+    >>> s = emulator.build_schedule("alltoall", "direct", 8, 8_000_000)
+    >>> round(emulator.simulate(G, s).time_s * 1e6, 2)    # 7 flows share each GPU's port: 2 L + 7 MB / B
+    562.0
     """
     import topologies
 
+    rel_d = _tolerance(exact, tolerance)
     if not isinstance(schedule, Schedule):
         raise ConfigError(f"schedule={schedule!r} must be an emulator.Schedule")
     faults = tuple(faults or ())
@@ -401,7 +310,7 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
         if fast is not None:
             return _result(schedule, net, fast["start_s"], fast["arrive_s"], fast["bytes"],
                            fast["busy_s"], fast["peak"], events=0)
-    run = _Run(net, schedule, earliest)
+    run = _Run(net, schedule, earliest, tolerance=rel_d)
     env = simpy.Environment()
     env.process(run.process(env))
     env.run()
@@ -409,11 +318,12 @@ def simulate(G, schedule: Schedule, *, faults=(), _force_events: bool = False) -
 
 
 def run_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None, chunks: int = 1,
-                   payload_bytes=None, faults=()) -> CollectiveResult:
+                   payload_bytes=None, faults=(), exact: bool = True,
+                   tolerance=None) -> CollectiveResult:
     """Build the schedule of ``op`` by ``algorithm`` and simulate it on ``G``.
 
     ``ranks`` defaults to every GPU of ``G``; ``nbytes`` follows nccl-tests (see
-    :func:`emulator.build_schedule`).
+    :func:`emulator.build_schedule`); ``exact`` and ``tolerance`` as in :func:`simulate`.
 
     Examples
     --------
@@ -429,4 +339,4 @@ def run_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None, chunk
         ranks = len(topologies.gpus(G))
     sched = build_schedule(op, algorithm, ranks, nbytes, chunks=chunks, graph=G,
                            payload_bytes=payload_bytes)
-    return simulate(G, sched, faults=faults)
+    return simulate(G, sched, faults=faults, exact=exact, tolerance=tolerance)

@@ -140,7 +140,7 @@ def _resolve_ranks(G, ranks) -> tuple:
 
 def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, factor=2,
                ranks=None, chunks: int = 1, dtype: str = "float32", faults=(), protocol=None,
-               channels=None) -> list[dict]:
+               channels=None, exact: bool = True, tolerance=None) -> list[dict]:
     """Simulate ``op`` by ``algorithm`` at every size of a nccl-tests sweep.
 
     Parameters
@@ -163,6 +163,8 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
         What-ifs applied to every size (:func:`emulator.simulate`).
     protocol, channels : optional
         NCCL algorithms only (see :func:`emulator.build_schedule`).
+    exact, tolerance
+        The engine's mode (:func:`emulator.simulate`): exact by default.
 
     Returns
     -------
@@ -213,7 +215,7 @@ def size_sweep(G, op: str, algorithm: str, *, min_bytes: int, max_bytes: int, fa
             continue
         sched = build_schedule(op, algorithm, order, size, chunks=chunks, graph=G,
                                protocol=protocol, channels=channels)
-        res = simulate(G, sched, faults=faults)
+        res = simulate(G, sched, faults=faults, exact=exact, tolerance=tolerance)
         t = res.time_s
         algbw = size / t if t > 0 else math.inf
         rows.append({"op": op, "algorithm": algorithm, "nranks": p, "size": size,

@@ -18,12 +18,17 @@ Speed. Two facts keep routing of a whole cluster in seconds:
    one end is at most half the total), so the equal-cost DAG is exact while a search between
    two GPUs of one DGX never looks past its NVSwitch, and one between leaves never expands the
    spines' fan-out.
+3. A destination many routes lead to (all-to-all: every GPU is one) gets one single-source
+   search instead: its distance to every node. The equal-cost next hops at u are then the
+   neighbours v with ``dist(v) == dist(u) - cost(u, v)``, found while walking, with no search
+   per pair. They are the same next hops, in the same order, as the DAG of the pair search.
 """
 from __future__ import annotations
 
 import hashlib
 import heapq
 import math
+from array import array
 from collections import OrderedDict
 
 import networkx as nx
@@ -89,6 +94,10 @@ class Router:
         self._dags: OrderedDict = OrderedDict()
         self._max_paths = int(max_cached_paths)
         self._max_dags = int(max_cached_pairs)
+        self._dists: OrderedDict = OrderedDict()    # core node -> its distance to every node
+        self._wanted: dict = {}                     # core node -> pair searches towards it
+        # Distance maps kept: about 2**24 entries (128 MB) in all.
+        self._max_dists = max(16, (1 << 24) // max(1, sum(core)))
 
     @staticmethod
     def _peel(adj):
@@ -212,17 +221,67 @@ class Router:
         a, b = up_i[-1], up_j[-1]
         if a == b:
             return self._tree_path(up_i, up_j)
-        succ = self._dag(a, b)
         label = self._label
         u, mid = a, [a]
-        while u != b:
-            nxt = succ[u]
-            if len(nxt) == 1:
-                u = nxt[0]
-            else:
-                u = nxt[_stable_hash(salt + label[u]) % len(nxt)]
-            mid.append(u)
+        dist = self._dist_to(b)
+        if dist is None:
+            succ = self._dag(a, b)
+            while u != b:
+                nxt = succ[u]
+                u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[u]) % len(nxt)]
+                mid.append(u)
+        else:
+            dist, succ = dist
+            if dist[a] < 0:
+                self._unreachable(a, b)
+            cadj = self._cadj
+            while u != b:
+                nxt = succ.get(u)
+                if nxt is None:
+                    left = dist[u]
+                    nxt = succ[u] = tuple(v for v, c in cadj[u] if dist[v] == left - c)
+                u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[u]) % len(nxt)]
+                mid.append(u)
         return up_i[:-1] + mid + up_j[:-1][::-1]
+
+    _DIST_AFTER = 8   # pair searches towards one node before it gets a distance map
+
+    def _dist_to(self, b: int):
+        """The distance (cost) from every core node to core node ``b`` (-1: unreachable) and
+        a dict of next hops found so far, once ``b`` is the destination of enough routes to
+        pay for it; else None."""
+        dist = self._dists.get(b)
+        if dist is not None:
+            self._dists.move_to_end(b)
+            return dist
+        wanted = self._wanted.get(b, 0) + 1
+        self._wanted[b] = wanted
+        if wanted < self._DIST_AFTER:
+            return None
+        cadj = self._cadj
+        best = [-1] * len(cadj)
+        best[b] = 0
+        heap = [(0, b)]
+        done = [False] * len(cadj)
+        while heap:
+            d, u = heapq.heappop(heap)
+            if done[u]:
+                continue
+            done[u] = True
+            for v, c in cadj[u]:
+                nd = d + c
+                if not done[v] and (best[v] < 0 or nd < best[v]):
+                    best[v] = nd
+                    heapq.heappush(heap, (nd, v))
+        dist = (array("q", best), {})
+        self._dists[b] = dist
+        if len(self._dists) > self._max_dists:
+            self._dists.popitem(last=False)
+        return dist
+
+    def _unreachable(self, a: int, b: int):
+        raise RoutingError(f"no path between {self._names[a]!r} and {self._names[b]!r} "
+                           f"(the topology is partitioned)")
 
     def _dag(self, a: int, b: int) -> dict:
         """Successor lists of the equal-cost shortest-path DAG from core node a to b."""
@@ -271,8 +330,7 @@ class Router:
         if a in settled[1]:
             mu = min(mu, settled[1][a])
         if mu == inf:
-            raise RoutingError(f"no path between {self._names[a]!r} and {self._names[b]!r} "
-                               f"(the topology is partitioned)")
+            self._unreachable(a, b)
         D = mu
         # Phase 2: complete both balls to radius D/2: every node of a shortest path lies in one.
         for side, r in ((0, D // 2), (1, D - D // 2)):

@@ -73,6 +73,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top", default="5", help="busiest links to list")
     for option, (_, form, help_text) in _FAULT_FORMS.items():
         parser.add_argument(option, action="append", default=[], metavar=form, help=help_text)
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--exact", dest="approx", action="store_false",
+                      help="every flow finishes at its own time (default)")
+    mode.add_argument("--approx", nargs="?", const="default", default=None, metavar="TOL",
+                      help="approximate mode for big sweeps: a flow may finish TOL of its "
+                           "duration early to share an event (default 1e-3)")
+    parser.set_defaults(approx=None)
     parser.add_argument("--json", action="store_true", help="print JSON (SI units)")
 
 
@@ -95,6 +102,21 @@ def _size_option(option: str, text: str) -> int:
     if value < 1:
         raise ValueError(f"{option} {text!r} must be at least 1 byte")
     return value
+
+
+def _mode_option(args) -> dict:
+    """``exact``/``tolerance`` of :func:`emulator.simulate` from --exact/--approx [TOL]."""
+    if not args.approx:
+        return {}
+    if args.approx == "default":
+        return {"exact": False}
+    try:
+        tol = float(args.approx)
+    except ValueError:
+        raise ValueError(f"--approx {args.approx!r} is not a number") from None
+    if not 0.0 < tol < 0.5:
+        raise ValueError(f"--approx {args.approx!r} must be a fraction in (0, 0.5)")
+    return {"exact": False, "tolerance": tol}
 
 
 def _factor_option(text: str) -> float | int:
@@ -317,6 +339,7 @@ def run(args: argparse.Namespace) -> int:
     if nranks < 2:
         raise ValueError(f"--topology {args.topology!r} has {n_gpus} GPU(s); a collective needs 2")
     faults = parse_faults(args, G, nranks)
+    mode = _mode_option(args)
     name = G.graph.get("name", args.topology)
 
     if sweep:
@@ -334,7 +357,7 @@ def run(args: argparse.Namespace) -> int:
         rows = emulator.size_sweep(G, args.op, args.algorithm, min_bytes=lo, max_bytes=hi,
                                    factor=_factor_option(args.factor), ranks=nranks,
                                    chunks=chunks, dtype=args.dtype, faults=faults,
-                                   protocol=args.protocol, channels=channels)
+                                   protocol=args.protocol, channels=channels, **mode)
         if args.json:
             print(json.dumps(rows, indent=1))
         else:
@@ -349,7 +372,7 @@ def run(args: argparse.Namespace) -> int:
     nbytes = _size_option("--bytes", args.bytes)
     sched = emulator.build_schedule(args.op, args.algorithm, nranks, nbytes, chunks=chunks,
                                     graph=G, protocol=args.protocol, channels=channels)
-    result = emulator.simulate(G, sched, faults=faults)
+    result = emulator.simulate(G, sched, faults=faults, **mode)
     choice = sched.detail.get("nccl")
     if args.json:
         out = result.to_dict()

@@ -93,16 +93,17 @@ def test_run_bench_skips_what_the_budget_cannot_afford_and_the_table_prints():
     assert lines[0].split()[:3] == ["GPUs", "flows", "engine"]
     assert all(h in lines[0] for h in ("engine s", "events", "event-loop s", "naive s", "rel diff"))
     assert lines[2].split()[0] == "8" and "skipped" in lines[3]
-    assert "target engine <= 2 s at 1024 GPUs: not measured" in text
-    assert "target speedup >= 20x at 256 GPUs: not measured" in text
+    assert "target engine <= 2 s at 1024 GPUs (ring): not measured" in text
+    assert "target speedup >= 20x at 256 GPUs (ring): not measured" in text
 
 
 def test_cli_bench_emulator(capsys):
-    assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--json"]) == 0
+    quick = ["--congested", "none", "--no-startup"]
+    assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--json", *quick]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 1 and rows[0]["gpus"] == 32 and rows[0]["rel_diff"] <= rtol(32)
     assert main(["bench", "emulator", "--sizes", "32,64", "--max-gpus", "32",
-                 "--bytes", "1MB"]) == 0
+                 "--bytes", "1MB", *quick]) == 0
     out = capsys.readouterr().out
     assert out.splitlines()[0].startswith(" GPUs") and "   32 " in out and "   64 " not in out
 
@@ -112,8 +113,66 @@ def test_cli_bench_emulator(capsys):
     (["--sizes", "64", "--max-gpus", "32"], "--max-gpus"),
     (["--bytes", "1ZB"], "--bytes"),
     (["--budget-s", "0"], "--budget-s"),
+    (["--congested", "alltoall-7"], "--congested"),
+    (["--congested", "none", "--tolerance", "0.9"], "--tolerance"),
 ])
 def test_cli_bench_bad_options(capsys, argv, needle):
     assert main(["bench", "emulator", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err and err.count("\n") == 1
+
+
+# -- congested cases -----------------------------------------------------------------------------
+def test_congested_case_row(monkeypatch):
+    # The child's work, in this process, on a small case: exact and approximate engine, naive.
+    from qsgd_emu.bench import congested
+
+    case = congested.Case("tiny", "fat_tree:k=4", lambda G: emulator.build_schedule(
+        "alltoall", "direct", 16, 10 ** 6 + 3), "all-to-all", 240)
+    monkeypatch.setitem(congested.CASES, "tiny", case)
+    row = congested._child("tiny", True, 1e-2)
+    G = topologies.from_spec("fat_tree:k=4")
+    exact = emulator.simulate(G, case.build(G))
+    assert (row["gpus"], row["flows"], row["events"]) == (16, 240, exact.events)
+    assert row["engine_time_s"] == exact.time_s
+    assert abs(row["approx_rel_err"]) <= 1e-2 and row["approx_events"] <= row["events"]
+    # FIFO resources serialize what max-min shares: never faster than the fair share
+    assert row["naive_time_s"] >= exact.time_s * (1 - 1e-12)
+    assert row["peak_mb"] >= row["base_mb"] > 0
+    text = bench.format_table([], [row], [{"command": bench.STARTUP_COMMANDS[0], "runs": 1,
+                                            "min_s": 0.5, "median_s": 0.5}])
+    assert "tiny: all-to-all on fat_tree:k=4" in text
+    assert "target simulate ring:8 <= 0.6 s: 0.50 s: met" in text
+    assert "target alltoall-1024 <= 60 s exact: not measured" in text
+
+
+def test_a_case_runs_in_its_own_process():
+    from qsgd_emu.bench import congested
+
+    row = congested.run_case("alltoall-64", naive=False, tolerance=1e-3)
+    G = topologies.from_spec("fat_tree:k=16")
+    exact = emulator.simulate(G, congested.CASES["alltoall-64"].build(G))
+    assert row["engine_time_s"] == exact.time_s and row["flows"] == 64 * 63
+    assert row["naive_s"] is None and row["peak_mb"] > 0
+
+
+def test_ring_channels_use_every_nic_and_share_nvswitch_ports():
+    from qsgd_emu.bench.congested import ring_channels
+
+    G = topologies.from_spec("cluster:dgx_h100x2,fabric=leaf_spine")
+    n = 8 * 10 ** 6
+    sched = ring_channels(G, 2, 8, n)
+    # 8 rings of 2(p-1) steps of p messages of n/8/p bytes
+    assert len(sched) == 8 * 2 * 15 * 16 and sched.total_bytes == 8 * 2 * 15 * 16 * (n // 8 // 16)
+    res = emulator.simulate(G, sched)
+    nics = {l.u for l in res.links if ".nic" in l.u and l.v.startswith("leaf")}
+    assert nics == {f"n{i}.nic{c}" for i in range(2) for c in range(8)}
+    assert res.events > 0                        # channels share the GPUs' NVSwitch ports
+    one = emulator.simulate(G, emulator.build_schedule("allreduce", "ring", 16, n))
+    assert res.time_s < one.time_s
+
+
+def test_startup_times_runs_the_cli():
+    rows = bench.startup_times(("topology ring:4",), runs=2)
+    assert rows[0]["command"] == "topology ring:4" and len(rows[0]["walls_s"]) == 2
+    assert 0 < rows[0]["min_s"] <= rows[0]["median_s"]

@@ -1,0 +1,131 @@
+"""The engine's event loop in compiled code: starts, finishes, arrivals, in time order.
+
+A transfer has three moments: it *starts* once its dependencies have arrived, its local work
+(``compute_s``) is done and its sender's straggler delay has passed; its last byte *leaves*
+when its flow finishes (:mod:`emulator.flows`), at once if it has no bytes or is a local
+step; it *arrives* one path latency after that. Starts and arrivals wait in one binary heap
+of (time, transfer, kind); flows in progress in the per-path finish heap of
+:mod:`emulator.flows`.
+
+One event is one instant: every finish, arrival and start due then (to 1e-12 relative) is
+handled, dependants whose start falls in the same instant included, and the rates are then
+re-solved once (:func:`emulator.maxmin.solve`). :func:`run` handles up to ``max_events``
+events per call, so the SimPy process that drives the engine (:mod:`emulator.engine`) steps
+its clock in batches, not one Python round trip per event: a 1024-GPU ring phase of uneven
+hops has millions of events.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ._jit import kernel
+from .flows import finish, join_one, next_finish, rekey
+from .maxmin import heap_pop, heap_push, solve
+
+__all__ = ["Schedule", "Clock", "new_clock", "start", "run"]
+
+START = 0
+ARRIVE = 1
+
+
+class Schedule(NamedTuple):
+    """The schedule as the loop reads it (struct of arrays, per transfer unless noted)."""
+    moves: np.ndarray        # bool: a flow with bytes on the network
+    compute: np.ndarray      # s of local work before the start
+    earliest: np.ndarray     # s before which it may not start (straggler delay)
+    lat: np.ndarray          # s from its last byte leaving to its arrival
+    remaining: np.ndarray    # dependencies not arrived yet
+    rev_ptr: np.ndarray      # (n+1,) CSR of dependants
+    rev_idx: np.ndarray
+
+
+class Clock(NamedTuple):
+    """Event heap, outcome times and counters."""
+    hkey: np.ndarray         # (2n,) times of pending starts and arrivals (s)
+    hval: np.ndarray         # (2n,) 2 * transfer + kind
+    start: np.ndarray        # (n,) when each transfer started (s), nan before
+    arrive: np.ndarray       # (n,) when it arrived (s), nan before
+    counts: np.ndarray       # (5,) int64: heap size, arrived, events, paths re-solved, status
+
+
+def new_clock(n: int) -> Clock:
+    return Clock(hkey=np.empty(2 * n), hval=np.empty(2 * n, dtype=np.int64),
+                 start=np.full(n, np.nan), arrive=np.full(n, np.nan),
+                 counts=np.zeros(5, dtype=np.int64))
+
+
+@kernel
+def _push(K, t, i, kind):
+    K.counts[0] = heap_push(K.hkey, K.hval, K.counts[0], t, 2 * i + kind)
+
+
+@kernel
+def _ready(D, K, i, t):
+    """Transfer ``i``'s dependencies have all arrived at ``t``: schedule its start."""
+    st = t if t > D.earliest[i] else D.earliest[i]
+    _push(K, st + D.compute[i], i, START)
+
+
+@kernel
+def start(D: Schedule, K: Clock):
+    """Schedule the starts of the transfers with no dependency."""
+    for i in range(len(D.remaining)):
+        if D.remaining[i] == 0:
+            _ready(D, K, i, 0.0)
+
+
+@kernel
+def next_time(F, K):
+    """When the next event is due (s); inf when nothing is pending."""
+    t = next_finish(F)
+    if K.counts[0] > 0 and K.hkey[0] < t:
+        t = K.hkey[0]
+    return t
+
+
+@kernel
+def run(P, S, F, D: Schedule, K: Clock, rel_t, rel_d, max_events):
+    """Handle up to ``max_events`` events; returns the time of the last one (s), or -1.0 if
+    nothing was pending. ``K.counts[4]`` is set to 1 when a rate came out non-positive."""
+    last = -1.0
+    for _ in range(max_events):
+        t = next_time(F, K)
+        if t == np.inf:
+            break
+        due = t + rel_t * t
+        n_out = finish(P, S, F, t, rel_t, rel_d)
+        changed = n_out > 0
+        for k in range(n_out):
+            f = F.out[k]
+            _push(K, t + D.lat[f], f, ARRIVE)
+        while K.counts[0] > 0 and K.hkey[0] <= due:
+            v = K.hval[0]
+            K.counts[0] = heap_pop(K.hkey, K.hval, K.counts[0])
+            i = v >> 1
+            if v & 1 == ARRIVE:
+                K.arrive[i] = t
+                K.counts[1] += 1
+                for k in range(D.rev_ptr[i], D.rev_ptr[i + 1]):
+                    j = D.rev_idx[k]
+                    D.remaining[j] -= 1
+                    if D.remaining[j] == 0:
+                        _ready(D, K, j, t)
+            else:
+                K.start[i] = t
+                if D.moves[i]:
+                    join_one(P, S, F, i, t)
+                    changed = True
+                else:
+                    _push(K, t + D.lat[i], i, ARRIVE)
+        if changed:
+            n = solve(P, S, t)
+            if n < 0:
+                K.counts[4] = 1
+                return t
+            K.counts[3] += n
+            rekey(P, S, F)
+        K.counts[2] += 1
+        last = t
+    return last

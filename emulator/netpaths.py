@@ -1,0 +1,209 @@
+"""The paths a schedule's transfers take, routed once per topology and kept.
+
+Routing is the costly part of setting a simulation up: a 1024-GPU all-to-all has a million
+(source, destination) pairs and :class:`topologies.Router` spends tens of microseconds on
+each. A study simulates dozens of collectives on one graph, a size sweep the same collective
+at every size, so the routes of a graph are cached with it: in a weak dictionary keyed by the
+graph object (dropped with it) and checked against a fingerprint of its links, bandwidths,
+latencies and GPUs, so a graph changed in place is routed afresh.
+
+Channel ids are the graph's directed links in edge order (u -> v, then v -> u), the same
+whatever was simulated before. A path is the channel sequence of one (route, source GPU,
+destination GPU); routes other than the default one (:class:`emulator.Route`) that cross the
+same channels share a path id, so their flows share one entity in the engine.
+"""
+from __future__ import annotations
+
+import weakref
+from array import array
+
+import numpy as np
+
+from .collectives import Schedule
+from .errors import ConfigError
+
+__all__ = ["Network"]
+
+_CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(G, gpus) -> int:
+    return hash((tuple((u, v, d.get("bandwidth"), d.get("latency"))
+                       for u, v, d in G.edges(data=True)), tuple(gpus)))
+
+
+class _Routes:
+    """Every path routed so far on one graph: global CSR, latencies, lookup tables."""
+
+    def __init__(self, G, gpus):
+        import topologies
+
+        self.router = topologies.Router(G)
+        self.gpus = list(gpus)
+        self.chan_of: dict = {}           # u -> {v: id of channel u -> v}
+        channels, cap, lat = [], [], []
+        for u, v, d in G.edges(data=True):
+            for a, b in ((u, v), (v, u)):
+                self.chan_of.setdefault(a, {})[b] = len(channels)
+                channels.append((a, b))
+                cap.append(float(d["bandwidth"]))
+                lat.append(float(d["latency"]))
+        self.channels = channels
+        self.capacity = np.array(cap)
+        self.chan_lat = np.array(lat)
+        n = len(self.gpus)
+        self.default = np.full(n * n, -1, dtype=np.int64)   # (src, dst) -> path, Route()
+        self.other: dict = {}                              # (Route, src, dst) -> path
+        self.by_channels: dict = {}                        # channel tuple -> path (routes)
+        self.ptr = array("q", [0])        # compact growing CSR (a list of ints costs 36 B each)
+        self.chan = array("q")
+        self._ptr = np.zeros(1, dtype=np.int64)
+        self._chan = np.zeros(0, dtype=np.int64)
+        self._lat = np.zeros(0)
+
+    def _add(self, ids: list) -> int:
+        """A new path (its latency is summed in :meth:`_sync`)."""
+        self.chan.extend(ids)
+        self.ptr.append(len(self.chan))
+        return len(self.ptr) - 2
+
+    def _route(self, route, s: int, d: int) -> list:
+        nodes = self.gpus
+        stops = (nodes[s], *route.via, nodes[d])
+        chan_of = self.chan_of
+        out: list = []
+        for a, b in zip(stops, stops[1:]):
+            p = self.router.path(a, b, route.flow)
+            out.extend(map(dict.__getitem__, map(chan_of.__getitem__, p[:-1]), p[1:]))
+        return out
+
+    def paths(self, routes, route_idx: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """Global path ids of the (route, src, dst) triples (arrays of equal length)."""
+        n = len(self.gpus)
+        out = np.full(len(src), -1, dtype=np.int64)
+        default = route_idx == 0
+        key = src[default] * n + dst[default]
+        missing = np.unique(key[self.default[key] < 0])
+        for k in missing.tolist():
+            s, d = divmod(k, n)
+            self.default[k] = self._add(self._route(routes[0], s, d))
+        out[default] = self.default[key]
+        rest = np.flatnonzero(~default)
+        if len(rest):
+            trip = np.unique(np.stack([route_idx[rest], src[rest], dst[rest]], axis=1), axis=0,
+                             return_inverse=True)
+            ids = []
+            for r, s, d in trip[0].tolist():
+                k = (routes[r], s, d)
+                pid = self.other.get(k)
+                if pid is None:
+                    chans = tuple(self._route(routes[r], s, d))
+                    pid = self.by_channels.get(chans)
+                    if pid is None:
+                        base = self.paths(routes, np.zeros(1, dtype=np.int64),
+                                          np.array([s]), np.array([d]))[0]
+                        same = tuple(self.chan[self.ptr[base]:self.ptr[base + 1]]) == chans
+                        pid = base if same else self._add(list(chans))
+                        self.by_channels[chans] = pid
+                    self.other[k] = pid
+                ids.append(pid)
+            out[rest] = np.asarray(ids, dtype=np.int64)[np.ravel(trip[1])]
+        if len(self.ptr) - 1 != len(self._lat):
+            self._sync()
+        return out
+
+    def _sync(self) -> None:
+        """numpy copies of the CSR, and the latencies of the paths added since the last."""
+        self._ptr = np.array(self.ptr, dtype=np.int64)
+        self._chan = np.array(self.chan, dtype=np.int64)
+        done = len(self._lat)
+        ptr = self._ptr[done:]
+        lens = np.diff(ptr)
+        # Sum along each path in route order, as a float sum along the route adds them.
+        lat = np.zeros(len(lens))
+        pos = ptr[:-1].copy()
+        for k in range(int(lens.max()) if len(lens) else 0):
+            at = k < lens
+            lat[at] += self.chan_lat[self._chan[pos[at] + k]]
+        self._lat = np.concatenate([self._lat, lat])
+
+
+def _routes_of(G, gpus) -> _Routes:
+    fp = _fingerprint(G, gpus)
+    hit = _CACHE.get(G)
+    if hit is not None and hit[0] == fp:
+        return hit[1]
+    routes = _Routes(G, gpus)
+    _CACHE[G] = (fp, routes)
+    return routes
+
+
+class Network:
+    """Routes, channel capacities and latencies of the paths a schedule uses.
+
+    Attributes
+    ----------
+    pair_of : ndarray of int
+        Path of each transfer (local steps share one path with no channel).
+    pair_ptr, pair_chan : ndarray of int
+        The paths' channel ids (CSR), in route order.
+    pair_lat : ndarray of float
+        Latency of each path (s): the sum of its links'.
+    channels : list of (u, v)
+        Every directed channel of the graph; ``capacity`` their bytes/s.
+    """
+
+    def __init__(self, G, schedule: Schedule):
+        import topologies
+
+        self.G = G
+        self.nodes = topologies.gpus(G)
+        n_gpus = len(self.nodes)
+        bad = [r for r in schedule.ranks if r >= n_gpus]
+        if bad:
+            raise ConfigError(f"ranks {bad[:5]} are not in the topology {G.graph.get('name', '')!r} "
+                              f"({n_gpus} GPUs, ranks 0..{n_gpus - 1})")
+        for route in schedule.routes:
+            missing = [v for v in route.via if v not in G]
+            if missing:
+                raise ConfigError(f"route via {missing[0]!r} is not a node of the topology "
+                                  f"{G.graph.get('name', '')!r}")
+        table = _routes_of(G, self.nodes)
+        net = np.flatnonzero(schedule.src != schedule.dst)
+        glob = table.paths(schedule.routes, schedule.route[net], schedule.src[net],
+                           schedule.dst[net])
+        # Local ids: the used global paths in order of id, then one empty path for local steps.
+        used = np.zeros(len(table._lat) + 1, dtype=bool)
+        used[glob] = True
+        used[-1] = True
+        local = np.cumsum(used) - 1
+        keep = np.flatnonzero(used[:-1])
+        self.pair_of = np.full(len(schedule), local[-1], dtype=np.int64)
+        self.pair_of[net] = local[glob]
+        lens = table._ptr[keep + 1] - table._ptr[keep]
+        self.pair_ptr = np.zeros(len(keep) + 2, dtype=np.int64)
+        np.cumsum(lens, out=self.pair_ptr[1:-1])
+        self.pair_ptr[-1] = self.pair_ptr[-2]
+        starts = np.repeat(table._ptr[keep] - self.pair_ptr[:-2], lens)
+        self.pair_chan = table._chan[starts + np.arange(int(self.pair_ptr[-1]))]
+        self.pair_lat = np.append(table._lat[keep], 0.0)
+        self.channels = table.channels
+        self.capacity = table.capacity
+
+    def entries(self, pair_ids: np.ndarray):
+        """(flow index, channel id) entries of flows with these pair ids."""
+        starts = self.pair_ptr[pair_ids]
+        lens = self.pair_ptr[pair_ids + 1] - starts
+        total = int(lens.sum())
+        flow = np.repeat(np.arange(len(pair_ids)), lens)
+        offs = np.arange(total) - np.repeat(np.cumsum(lens) - lens, lens)
+        return flow, self.pair_chan[np.repeat(starts, lens) + offs]
+
+    def channel_bytes(self, schedule: Schedule) -> np.ndarray:
+        """Bytes each channel carries over the whole schedule (int64)."""
+        n_paths = len(self.pair_ptr) - 1
+        per_path = np.bincount(self.pair_of, weights=schedule.size.astype(np.float64),
+                               minlength=n_paths)
+        owner = np.repeat(np.arange(n_paths), np.diff(self.pair_ptr))
+        return np.rint(np.bincount(self.pair_chan, weights=per_path[owner],
+                                   minlength=len(self.capacity))).astype(np.int64)
