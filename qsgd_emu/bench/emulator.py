@@ -423,36 +423,33 @@ def _sizes(text: str) -> tuple[int, ...]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--sizes", type=_sizes, default=SIZES,
-                        help=f"GPU counts, multiples of {HOSTS_PER_LEAF} (default "
-                             f"{','.join(map(str, SIZES))})")
-    parser.add_argument("--max-gpus", type=int, default=max(SIZES),
-                        help=f"skip sizes above this (default {max(SIZES)})")
+    parser.add_argument("--sizes", type=_sizes, default=",".join(map(str, SIZES)),
+                        help=f"GPU counts, multiples of {HOSTS_PER_LEAF}")
+    parser.add_argument("--max-gpus", type=int, default=max(SIZES), help="skip sizes above this")
     parser.add_argument("--naive-max", type=int, default=256,
-                        help="run the naive model only up to this many GPUs (default 256; it "
-                             "takes about a minute at 1024)")
+                        help="run the naive model only up to this many GPUs (it takes about a "
+                             "minute at 1024)")
     parser.add_argument("--events-max", type=int, default=256,
                         help="also time the event loop alone (contention-free pass off) up to "
-                             "this many GPUs (default 256)")
-    parser.add_argument("--bytes", default="100MB", help="allreduce size per rank (default 100MB)")
+                             "this many GPUs")
+    parser.add_argument("--bytes", default="100MB", help="allreduce size per rank")
     parser.add_argument("--budget-s", type=float, default=300.0,
-                        help="skip an engine case estimated to take longer (default 300)")
-    parser.add_argument("--nccl", type=_sizes, default=(),
+                        help="skip an engine case estimated to take longer (seconds)")
+    parser.add_argument("--nccl", type=_sizes, default=None,
                         help="also time NCCL's model (channels) on DGX A100 clusters of these "
-                             "GPU counts, multiples of 8 (e.g. 16,32,64; none by default)")
+                             "GPU counts, multiples of 8 (e.g. 16,32,64); none when not given")
     parser.add_argument("--congested", default="all", metavar="CASES",
-                        help="congested cases to run, comma-separated, 'all' or 'none' "
-                             "(default all: alltoall-64,alltoall-256,alltoall-1024,ring8-1024,"
-                             "qsgd-sra-512)")
+                        help="congested cases to run, comma-separated, or 'none'; 'all' is "
+                             "alltoall-64,alltoall-256,alltoall-1024,ring8-1024,qsgd-sra-512")
     parser.add_argument("--tolerance", type=float, default=None,
-                        help="approximate mode's tolerance (default emulator.engine."
-                             "APPROX_TOLERANCE)")
+                        help="approximate mode's tolerance; emulator.engine.APPROX_TOLERANCE "
+                             "when not given")
     parser.add_argument("--naive-max-flows", type=int, default=70_000,
-                        help="run the naive model on congested cases up to this many "
-                             "messages (default 70000)")
+                        help="run the naive model on congested cases up to this many messages")
     parser.add_argument("--no-startup", dest="startup", action="store_false",
                         help="do not time qsgd-emu simulate with process start")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+    parser.add_argument("--json", action="store_true",
+                        help="print the tables as JSON: {rows, congested, startup, nccl}")
 
 
 def _congested_names(text: str) -> list[str]:
@@ -498,19 +495,21 @@ def run(args: argparse.Namespace) -> int:
                                    + ("" if r["naive_s"] is None else
                                       f", naive {r['naive_s']:.2f} s")),
         file=sys.stderr, flush=True))
-    bad = [n for n in args.nccl if n < 16 or n % 8]
+    nccl_sizes = args.nccl or ()
+    bad = [n for n in nccl_sizes if n < 16 or n % 8]
     if bad:
         raise ValueError(f"--nccl: {bad} are not multiples of 8 GPUs of at least 16 (two nodes)")
     rows = run_bench(sizes, nbytes, naive_max=args.naive_max, budget_s=args.budget_s,
                      progress=report, events_max=args.events_max)
-    nccl_rows = [nccl_case(n, nbytes) for n in sorted(args.nccl)]
+    nccl_rows = [nccl_case(n, nbytes) for n in sorted(nccl_sizes)]
     congested = run_congested(names, tolerance=tolerance, naive_max_flows=args.naive_max_flows,
                               progress=None if args.json else (lambda r: print(
                                   f"  {r['case']}: engine {r['engine_s']:.2f} s",
                                   file=sys.stderr, flush=True)))
     startup = startup_times() if args.startup else []
     if args.json:
-        print(json.dumps(rows + congested + startup + nccl_rows, indent=1))
+        print(json.dumps({"rows": rows, "congested": congested, "startup": startup,
+                          "nccl": nccl_rows}, indent=1))
     else:
         print(format_table(rows, congested, startup))
         if nccl_rows:

@@ -100,7 +100,9 @@ def test_run_bench_skips_what_the_budget_cannot_afford_and_the_table_prints():
 def test_cli_bench_emulator(capsys):
     quick = ["--congested", "none", "--no-startup"]
     assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--json", *quick]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    d = json.loads(capsys.readouterr().out)
+    assert d["congested"] == [] and d["startup"] == [] and d["nccl"] == []
+    rows = d["rows"]
     assert len(rows) == 1 and rows[0]["gpus"] == 32 and rows[0]["rel_diff"] <= rtol(32)
     assert main(["bench", "emulator", "--sizes", "32,64", "--max-gpus", "32",
                  "--bytes", "1MB", *quick]) == 0

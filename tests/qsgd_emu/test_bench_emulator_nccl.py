@@ -6,10 +6,13 @@ import json
 
 from qsgd_emu.cli import main
 
+# The congested cases and the start-up timing have their own tests (test_bench_emulator.py).
+QUICK = ["--congested", "none", "--no-startup"]
+
 
 def test_nccl_rows_simulate_channels_and_match_the_closed_form(capsys):
     assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--nccl", "16",
-                 "--json"]) == 0
+                 "--json", *QUICK]) == 0
     d = json.loads(capsys.readouterr().out)
     assert len(d["rows"]) == 1 and d["rows"][0]["gpus"] == 32
     (r,) = d["nccl"]
@@ -20,9 +23,9 @@ def test_nccl_rows_simulate_channels_and_match_the_closed_form(capsys):
 
 
 def test_nccl_table_and_bad_counts(capsys):
-    assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--nccl", "16"]) == 0
+    assert main(["bench", "emulator", "--sizes", "32", "--bytes", "1MB", "--nccl", "16", *QUICK]) == 0
     out = capsys.readouterr().out
     assert "as NCCL runs it on cluster:dgx_a100xN" in out and "   16 " in out
-    assert main(["bench", "emulator", "--sizes", "32", "--nccl", "12"]) == 2
+    assert main(["bench", "emulator", "--sizes", "32", "--nccl", "12", *QUICK]) == 2
     err = capsys.readouterr().err
     assert "--nccl" in err and err.count("\n") == 1
