@@ -23,9 +23,10 @@ generator taking ``env`` first) drives: each step of the SimPy clock hands it up
 :data:`EVENTS_PER_STEP` events and moves the clock to the last one. Routes are computed once
 per graph and kept with it (:mod:`emulator.netpaths`).
 
-``exact=False`` (the approximate mode, for sweeps) also finishes, at the earliest finish,
-every flow whose last byte would leave within ``tolerance`` of its own duration later: each
-flow then ends at most that fraction of its duration early (its last bytes count as sent);
+``exact=False`` (the approximate mode, for sweeps) also finishes, with the earliest flow, the
+next ones in order of finish time as long as each one's last byte would leave within
+``tolerance`` of its own duration later: a flow ends at most that fraction of its duration
+early (its last bytes count as sent);
 on a chain of flows that never share, the collective is at most ``tolerance`` (relative)
 short. Through sharing the error can spread further; ``qsgd-emu bench emulator`` measures
 it against the exact mode. Results are deterministic: no randomness, no dependence on dict or

@@ -111,7 +111,8 @@ def new_state(paths: Paths) -> State:
     i64 = lambda n: np.zeros(n, dtype=np.int64)   # noqa: E731
     sdat = np.zeros((n_e, 2))
     sdat[:, 0] = -1.0
-    return State(slot=slot, where=where, sdat=sdat, fill=i64(n_c), dead=i64(n_c), mult=i64(n_p), mult0=i64(n_p),
+    return State(slot=slot, where=where, sdat=sdat, fill=i64(n_c), dead=i64(n_c), mult=i64(n_p),
+                 mult0=i64(n_p),
                  nflows=i64(n_c), rate=np.zeros(n_p), sent=np.zeros(n_p), mark=np.zeros(n_p),
                  busy=np.zeros(n_c), since=np.zeros(n_c), peak=np.zeros(n_c),
                  flags=np.zeros(n_p, dtype=np.int8), changed=i64(n_p), counters=i64(3),

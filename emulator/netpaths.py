@@ -161,8 +161,8 @@ class Network:
         n_gpus = len(self.nodes)
         bad = [r for r in schedule.ranks if r >= n_gpus]
         if bad:
-            raise ConfigError(f"ranks {bad[:5]} are not in the topology {G.graph.get('name', '')!r} "
-                              f"({n_gpus} GPUs, ranks 0..{n_gpus - 1})")
+            raise ConfigError(f"ranks {bad[:5]} are not in the topology "
+                              f"{G.graph.get('name', '')!r} ({n_gpus} GPUs, ranks 0..{n_gpus - 1})")
         for route in schedule.routes:
             missing = [v for v in route.via if v not in G]
             if missing:
