@@ -12,6 +12,9 @@ payloads on the same channels (``nccl_qsgd_*``). A textbook algorithm name (``"r
 """
 from __future__ import annotations
 
+import time
+from typing import Callable
+
 from emulator.collectives import ALGORITHMS, NCCL_ALGORITHMS, build_schedule
 from emulator.engine import simulate
 from emulator.errors import ConfigError
@@ -36,6 +39,9 @@ class Network:
         The allreduce of fp32/fp16 buckets: ``"nccl"`` (NCCL's model, the default), an NCCL
         algorithm (``"nccl_ring"``, ...) or a textbook one (``"ring"``, ``"tree"``, ...).
         With an NCCL algorithm the compressed transports run on NCCL's channels too.
+    on_simulated : callable, optional
+        ``on_simulated(op, nbytes, wall_s)`` after each collective simulated (not on cache
+        hits): how long work on a big graph has come, for progress reports.
 
     Examples
     --------
@@ -43,10 +49,11 @@ class Network:
     >>> net = Network(topologies.from_spec("dgx_a100"))
     >>> s, sent = net.collective("allreduce", net.algorithm, 64 << 20)
     >>> round(64 * 2**20 * 2 * 7 / 8 / s / 1e9)      # busbw, GB/s
-    227
+    212
     """
 
-    def __init__(self, G, world_size: int | None = None, algorithm: str = DEFAULT_ALGORITHM):
+    def __init__(self, G, world_size: int | None = None, algorithm: str = DEFAULT_ALGORITHM,
+                 on_simulated: Callable[[str, int, float], None] | None = None):
         import topologies
 
         n = len(topologies.gpus(G))
@@ -65,6 +72,7 @@ class Network:
         self.G, self.world_size, self.algorithm = G, world_size, algorithm
         self.name = str(G.graph.get("name", "custom"))
         self._cache: dict = {}
+        self.on_simulated = on_simulated
 
     @property
     def nccl(self) -> bool:
@@ -90,11 +98,14 @@ class Network:
         key = (op, algorithm, int(nbytes), None if payload_bytes is None else tuple(payload_bytes))
         hit = self._cache.get(key)
         if hit is None:
+            t0 = time.perf_counter()
             sched = build_schedule(op, algorithm, list(range(self.world_size)), int(nbytes),
                                    graph=self.G, payload_bytes=payload_bytes)
             res = simulate(self.G, sched)
             sent = sched.detail.get("payload_bytes", sched.total_bytes)
             hit = self._cache[key] = (float(res.time_s), float(sent) / self.world_size)
+            if self.on_simulated is not None:
+                self.on_simulated(op, int(nbytes), time.perf_counter() - t0)
         return hit
 
     def op_of(self, algorithm: str) -> str:

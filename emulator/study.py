@@ -172,20 +172,36 @@ def placement_notes(config: StudyConfig) -> list[str]:
     return notes
 
 
-def run_task(task: tuple) -> list[tuple]:
+def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list[tuple]:
     """Predictions of one task: ``task = (config, spec, world_size, combos)``.
+
+    ``progress(text)``, when given, hears how far the task has come: which bit width of how
+    many it replays, and the collectives simulated so far with the last one's wall seconds.
 
     Returns ``[(bits, transport, graph name, Prediction), ...]`` in the order of ``combos``.
     """
     cfg, spec, world_size, combos = task
+    state = {"combo": 0, "simulated": 0}
+
+    def on_simulated(op: str, nbytes: int, wall_s: float) -> None:
+        state["simulated"] += 1
+        bits, transport = combos[state["combo"]]
+        progress(f"{_label(task)}: {transport} {bits}-bit ({state['combo'] + 1}/{len(combos)}), "
+                 f"{state['simulated']} collectives simulated, last {op} of {nbytes:,} B "
+                 f"in {wall_s:.1f} s")
+
     G = topology_for(spec, world_size)
-    net = Network(G, world_size, cfg.algorithm)
+    net = Network(G, world_size, cfg.algorithm,
+                  on_simulated=None if progress is None else on_simulated)
     compute = cfg.compute or ComputeModel()
     name = str(G.graph.get("name", spec))
-    return [(bits, transport, name,
-             replay(cfg.trace, G, transport=transport, compute=compute, network=net,
-                    bits=bits if TRANSPORTS[transport].compressed else None))
-            for bits, transport in combos]
+    out = []
+    for k, (bits, transport) in enumerate(combos):
+        state["combo"] = k
+        out.append((bits, transport, name,
+                    replay(cfg.trace, G, transport=transport, compute=compute, network=net,
+                           bits=bits if TRANSPORTS[transport].compressed else None)))
+    return out
 
 
 def _tasks(config: StudyConfig) -> list[tuple]:
@@ -317,16 +333,31 @@ def estimate(tasks: list, seconds: dict, workers: int) -> StudyEstimate:
     return StudyEstimate(wall, tuple(parts), basis, by_task)
 
 
-def _timed(task) -> tuple[float, list]:
+def _timed(task, progress=None) -> tuple[float, list]:
     """``run_task`` and its wall seconds, measured where it runs."""
     t0 = time.perf_counter()
-    out = run_task(task)
+    out = run_task(task, progress)
     return time.perf_counter() - t0, out
+
+
+class _Relay:
+    """``progress(text)`` in a worker process, put on a queue the parent reads."""
+
+    def __init__(self, queue):
+        self.queue = queue
+
+    def __call__(self, text: str) -> None:
+        self.queue.put(text)
+
+
+def _timed_relayed(task, queue) -> tuple[float, list]:
+    return _timed(task, _Relay(queue))
 
 
 def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = None,
               workers: int = 1, cluster: str | None = None,
-              time_limit_s: float | None = None) -> Study:
+              time_limit_s: float | None = None,
+              task_progress: Callable[[str], None] | None = None) -> Study:
     """Run every task of ``config``; the :class:`~emulator.Study` of its rows.
 
     The tasks of the smallest world size run first; from their times the rest is estimated
@@ -344,6 +375,9 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
         Address of a Dask scheduler (``"tcp://host:8786"``); tasks run there.
     time_limit_s : float, optional
         Refuse a study estimated to take longer (wall seconds), before its larger tasks start.
+    task_progress : callable, optional
+        ``task_progress(text)`` while a task runs: the bit width it replays and the collectives
+        simulated so far (:func:`run_task`), from local processes too (not from a Dask cluster).
 
     Returns
     -------
@@ -398,7 +432,7 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
                 eta = max(sum(left.values()) / workers, max(left.values(), default=0.0))
             progress(len(seconds), total, eta)
 
-    _run_tasks(tasks, pilot, done, workers, cluster)
+    _run_tasks(tasks, pilot, done, workers, cluster, task_progress)
     if rest:
         plan = estimate(tasks, {i: seconds[i] for i in pilot}, workers)
         if time_limit_s is not None and plan.seconds > time_limit_s:
@@ -406,13 +440,15 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
         left.update(plan.by_task)
     # Largest first: the longest tasks start at once and the short ones fill the gaps
     # (longest-processing-time-first scheduling).
-    _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster)
+    _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster,
+               task_progress)
     return _rows(config, results)
 
 
-def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster) -> None:
+def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
+               task_progress: Callable[[str], None] | None = None) -> None:
     """Run ``tasks[i]`` for ``i`` in ``order`` here, in local processes or on a Dask cluster;
-    ``done(i, wall_s, result)`` as each finishes."""
+    ``done(i, wall_s, result)`` as each finishes, ``task_progress(text)`` while they run."""
     if not order:
         return
     if cluster is not None:
@@ -422,13 +458,31 @@ def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster) 
                        on_done=lambda k, value: done(order[k], *value))
     elif workers == 1 or len(order) == 1:
         for i in order:
-            done(i, *_timed(tasks[i]))
+            done(i, *_timed(tasks[i], task_progress))
     else:
         import concurrent.futures as cf
         import multiprocessing
+        import queue as queues
 
         ctx = multiprocessing.get_context("spawn")  # no forked torch/numba thread pools
-        with cf.ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=ctx) as pool:
-            futs = {pool.submit(_timed, tasks[i]): i for i in order}
-            for f in cf.as_completed(futs):
-                done(futs[f], *f.result())
+        manager = ctx.Manager() if task_progress is not None else None
+        relay = manager.Queue() if manager is not None else None
+        try:
+            with cf.ProcessPoolExecutor(max_workers=min(workers, len(order)),
+                                        mp_context=ctx) as pool:
+                futs = {(pool.submit(_timed_relayed, tasks[i], relay) if relay is not None
+                         else pool.submit(_timed, tasks[i])): i for i in order}
+                pending = set(futs)
+                while pending:
+                    finished, pending = cf.wait(pending, timeout=0.5,
+                                                return_when=cf.FIRST_COMPLETED)
+                    while relay is not None:
+                        try:
+                            task_progress(relay.get_nowait())
+                        except queues.Empty:
+                            break
+                    for f in finished:
+                        done(futs[f], *f.result())
+        finally:
+            if manager is not None:
+                manager.shutdown()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -77,20 +78,39 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
 
 
 class ProgressBar:
-    """A one-line progress bar on a stream (stderr): ``[#####     ] 3/6 tasks 1.2 s, ~40 s left``."""
+    """A one-line progress bar on a stream (stderr): ``[#####     ] 3/6 tasks 1.2 s, ~40 s left``,
+    followed by how far the running task has come (:meth:`detail`)."""
 
-    def __init__(self, label: str, stream=None, width: int = 30):
+    def __init__(self, label: str, stream=None, width: int = 30, columns: int | None = None):
         self.label, self.stream, self.width = label, stream or sys.stderr, width
+        # one line less than the terminal: a wrapped line would not be overwritten by \r
+        self.columns = columns or max(40, shutil.get_terminal_size().columns - 1)
         self.t0 = time.perf_counter()
+        self._state = (0, 1, None)
+        self._shown = 0
 
     def __call__(self, done: int, total: int, eta_s: float | None = None) -> None:
-        filled = self.width * done // max(total, 1)
-        left = "" if eta_s is None or done >= total else f", ~{_duration(eta_s)} left"
-        self.stream.write(f"\r{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {done}/{total} "
-                          f"{time.perf_counter() - self.t0:.1f} s{left}   ")
+        self._state = (done, total, eta_s)
+        self._draw("")
         if done >= total:
             self.stream.write("\n")
+            self._shown = 0
         self.stream.flush()
+
+    def detail(self, text: str) -> None:
+        """Redraw the bar with ``text`` (the running task's progress) after it."""
+        self._draw(text)
+        self.stream.flush()
+
+    def _draw(self, text: str) -> None:
+        done, total, eta_s = self._state
+        filled = self.width * done // max(total, 1)
+        left = "" if eta_s is None or done >= total else f", ~{_duration(eta_s)} left"
+        line = (f"{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {done}/{total} "
+                f"{time.perf_counter() - self.t0:.1f} s{left}" + (f" | {text}" if text else ""))
+        line = line[:self.columns]
+        self.stream.write("\r" + line + " " * max(0, self._shown - len(line)))
+        self._shown = len(line)
 
 
 def _duration(seconds: float) -> str:
@@ -126,7 +146,8 @@ def run_with(args, trace) -> int:
         print(f"note: {note}", file=sys.stderr)
     if not args.time_limit > 0:
         raise ValueError(f"--time-limit {args.time_limit!r} must be > 0 minutes")
-    study = emulator.run_study(cfg, progress=ProgressBar("study"), workers=args.workers,
+    bar = ProgressBar("study")
+    study = emulator.run_study(cfg, progress=bar, task_progress=bar.detail, workers=args.workers,
                                cluster=args.cluster, time_limit_s=60 * args.time_limit)
     os.makedirs(args.out, exist_ok=True)
     study.save_csv(os.path.join(args.out, "study.csv"))

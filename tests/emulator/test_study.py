@@ -163,6 +163,42 @@ def test_serial_and_two_local_processes_give_the_same_table(rows):
     assert sorted(ticks2) == ticks1
 
 
+def test_tasks_report_how_far_they_have_come_serial_and_in_processes(rows):
+    """Within a task: the bit width replayed and the collectives simulated, also relayed from
+    worker processes."""
+    serial, parallel = [], []
+    assert run_study(grid(), task_progress=serial.append).rows == rows
+    assert run_study(grid(), workers=2, task_progress=parallel.append).rows == rows
+    assert serial and all("collectives simulated, last " in t for t in serial)
+    # every task simulates at least one collective of its own (a task has its own Network)
+    labels = {t.split(": ")[0] for t in serial}
+    assert len(labels) == 12
+    assert {t.split(": ")[0] for t in parallel} == labels
+    assert sorted(parallel) != [] and len(parallel) == len(serial)
+    # counts rise within a task: 1, 2, ... collectives
+    first = [t for t in serial if t.startswith(sorted(labels)[0] + ":")]
+    counts = [int(t.split(" collectives simulated")[0].rsplit(" ", 1)[1]) for t in first]
+    assert counts == list(range(1, len(counts) + 1))
+
+
+def test_progress_bar_shows_the_running_task_on_one_line():
+    import io
+
+    from qsgd_emu.commands.study import ProgressBar
+
+    out = io.StringIO()
+    bar = ProgressBar("study", stream=out, width=10, columns=60)
+    bar(1, 4, 30.0)
+    bar.detail("switch:{n} at 8 GPUs, fp32: fp32 32-bit (1/1), 3 collectives simulated, last x")
+    bar(2, 4, 20.0)
+    lines = out.getvalue().split("\r")[1:]
+    assert "~30 s left | switch:{n} at 8 G" in lines[1] and len(lines[1]) == 60
+    assert lines[2].startswith("study [#####     ] 2/4") and "|" not in lines[2]
+    assert len(lines[2]) == 60          # padded over the longer line before it
+    bar(4, 4, 0.0)
+    assert out.getvalue().endswith("\n") and "\n" not in out.getvalue()[:-1]
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_real_local_dask_cluster_gives_the_same_rows(rows, tmp_path, capsys):
