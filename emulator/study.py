@@ -9,6 +9,7 @@ identical tables; :mod:`emulator.studyresult` documents the columns and their un
 """
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass, field
@@ -190,7 +191,7 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                  f"{state['simulated']} collectives simulated, last {op} of {nbytes:,} B "
                  f"in {wall_s:.1f} s")
 
-    G = topology_for(spec, world_size)
+    G = _task_graph(spec, world_size)
     net = Network(G, world_size, cfg.algorithm,
                   on_simulated=None if progress is None else on_simulated)
     compute = cfg.compute or ComputeModel()
@@ -202,6 +203,15 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                     replay(cfg.trace, G, transport=transport, compute=compute, network=net,
                            bits=bits if TRANSPORTS[transport].compressed else None)))
     return out
+
+
+@functools.lru_cache(maxsize=4)
+def _task_graph(spec: str, world_size: int):
+    """:func:`topology_for`, kept for the next tasks in this process: the transports of one
+    (topology, world size) are separate tasks, and the engine keeps a graph's routes with it
+    (:mod:`emulator.netpaths`), so they route the GPU pairs once, not once per transport.
+    Tasks only read the graph."""
+    return topology_for(spec, world_size)
 
 
 def _tasks(config: StudyConfig) -> list[tuple]:
