@@ -28,7 +28,7 @@ SMALL = {
     "train": ["--epochs", "1", "--spawn", "2"],
     "simulate --topology ring:8 --min-bytes": ["--max-bytes", "1M"],
     "bench qsgd": ["--numel", "65536", "--repeats", "1"],
-    "bench emulator": ["--sizes", "64", "--naive-max", "64"],
+    "bench emulator": ["--sizes", "64", "--naive-max", "64", "--congested", "none", "--no-startup"],
     "bench topologies": ["--max-gpus", "64", "--baseline-pairs", "2"],
 }
 
