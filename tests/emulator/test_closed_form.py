@@ -28,7 +28,7 @@ import emulator
 import topologies
 from emulator import ConfigError, build_schedule, closed_form, run_collective, simulate
 from emulator.closed_form import MODELS
-from emulator.collectives import ALGORITHMS, TEXTBOOK_ALGORITHMS
+from emulator.collectives import TEXTBOOK_ALGORITHMS
 
 B = 12.5e9                  # bytes/s per link
 L = 1e-6                    # s per link

@@ -9,7 +9,7 @@ import pytest
 
 import emulator
 import topologies
-from emulator.collectives import ALGORITHMS, NCCL_ALGORITHMS, build_schedule, nccl
+from emulator.collectives import NCCL_ALGORITHMS, build_schedule, nccl
 from emulator.collectives.nccl import NcclSystem, channel_rings, constants as C, parse_list
 from emulator.errors import ConfigError
 

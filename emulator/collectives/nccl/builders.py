@@ -39,7 +39,7 @@ import numpy as np
 from .._schedule import Builder, Route, split
 from ..ring import ring_pass
 from . import constants as C
-from .channels import Ring, channel_trees
+from .channels import channel_trees
 from .system import NcclSystem
 
 #: Most chunks one tree edge or NVLS-tree stage is cut into: deeper pipelining would change the
@@ -309,7 +309,6 @@ def _rail_tree(system, tree, rail, nodes):
 
 def _tree_once(b, tree, nbytes, hops, rs, nodes, j, prev, key):
     """One chunk up and down a rail tree; returns {rank: arrival ids it waits for}."""
-    node_of = {r: h for h, grp in enumerate(nodes) for r in grp}
     depth = {}
 
     def d(r):

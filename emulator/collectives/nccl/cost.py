@@ -18,7 +18,7 @@ import numpy as np
 
 from .._schedule import split
 from . import constants as C
-from .builders import MAX_CHUNKS, RING_OPS, _chunks, hop_latency
+from .builders import RING_OPS, _chunks, hop_latency
 from .channels import channel_trees
 from .system import NcclSystem
 
