@@ -161,3 +161,14 @@ def test_bad_options_exit_2_naming_the_option(capsys, extra, needles):
 def test_bad_topology_exits_2(capsys):
     rc, _, err = run(capsys, "simulate", "--topology", "ring:x", "--bytes", "1MB")
     assert rc == 2 and err.count("\n") == 1 and "'x'" in err
+
+
+@pytest.mark.parametrize("op", ["allreduce", "allgather", "reduce_scatter", "broadcast",
+                                "alltoall"])
+def test_every_op_runs_on_the_default_algorithm(capsys, op):
+    """No --algorithm: the op's NCCL model (a textbook default failed for --op alltoall)."""
+    rc, out, err = run(capsys, "simulate", "--topology", "dgx_a100", "--op", op, "--bytes", "8MB",
+                       "--json")
+    assert rc == 0, err
+    d = json.loads(out)
+    assert d["op"] == op and d["time_s"] > 0
