@@ -1,6 +1,6 @@
 """``qsgd-emu bench emulator``: the flow-level engine against a naive SimPy model.
 
-The case is the one of the issue: a ring allreduce of ``--bytes`` (default 100 MB = 1e8
+The ring case: a ring allreduce of ``--bytes`` (default 100 MB = 1e8
 bytes, nccl-tests convention: per rank) on N GPUs of a two-level fat tree, timed end to end
 (schedule + simulation; the topology is built once and shared). The two-level fat tree is a
 non-blocking leaf-spine (folded Clos, :func:`topologies.leaf_spine`): 32 GPUs per leaf,
@@ -8,8 +8,7 @@ non-blocking leaf-spine (folded Clos, :func:`topologies.leaf_spine`): 32 GPUs pe
 and 32 up. (:func:`topologies.fat_tree` is the three-level k-ary tree of Al-Fares et al.)
 The spines' radix grows as N/32; that is a model of the fabric, not a switch one can buy.
 
-The baseline, written here and measured in the same run, is the model the issue calls
-naive: one SimPy process per message; every directed link channel a
+The baseline, written here and measured in the same run, is a naive model: one SimPy process per message; every directed link channel a
 ``simpy.Resource(capacity=1)``; a message waits for its dependencies, takes every channel
 of its route (cut-through: it holds them all for ``bytes / bottleneck bandwidth``), releases
 them, and arrives one path latency later. Same schedule (:func:`emulator.build_schedule`),
@@ -17,7 +16,7 @@ same routes (:class:`topologies.Router`). On a ring nothing is shared, so both m
 the same time; the table gives their relative difference. Under contention they differ on
 purpose: FIFO resources serialize, the engine shares max-min fairly.
 
-Targets (the issue): 1024 GPUs in <= 2 s of wall time, and >= 20x faster than the naive
+Targets: 1024 GPUs in <= 2 s of wall time, and >= 20x faster than the naive
 model at 256 GPUs. Wall times on a shared machine are noisy; cases that would take longer
 than ``--budget-s`` (extrapolated from the previous case by the number of flows) or more
 memory than is available are skipped, and the table says so.
@@ -50,7 +49,7 @@ __all__ = ["fabric", "naive_simulate", "engine_run", "bench_case", "run_bench", 
 SIZES = (64, 256, 1024, 4096, 8192)
 HOSTS_PER_LEAF = 32
 SPINES = 32
-BANDWIDTH = 12.5e9   # bytes/s: 100 Gbit/s, an HDR/NDR-class NIC port (REFERENCES.md)
+BANDWIDTH = 12.5e9   # bytes/s: 100 Gbit/s, one EDR InfiniBand or 100GbE port
 LATENCY = 1e-6       # s per link
 
 
@@ -261,7 +260,7 @@ def _fmt(value, spec: str, missing: str = "-") -> str:
 
 def format_table(rows: list[dict], congested: list[dict] = (), startup: list[dict] = ()) -> str:
     """The rows (ring cases, then congested cases) as one text table, the startup times
-    below it, and the issue's targets checked."""
+    below it, and the targets checked."""
     head = (f"{'GPUs':>5} {'flows':>12} {'engine s':>9} {'events':>10} {'event-loop s':>12} "
             f"{'naive s':>8} {'speedup':>8} {'engine sim us':>13} {'naive sim us':>12} "
             f"{'rel diff':>8} {'approx s':>8} {'approx err':>10} {'peak MB':>8}  case")
@@ -375,7 +374,7 @@ def format_nccl_table(rows: list[dict]) -> str:
 #: --bytes 64MB``, 392 s of wall time): the new one must agree to 1e-9.
 ALLTOALL_256_S = 5846.00e-6
 
-#: ``qsgd-emu simulate`` command lines timed with process start (the issue's start-up cases).
+#: ``qsgd-emu simulate`` command lines timed with process start (the start-up cases).
 STARTUP_COMMANDS = ("simulate --topology ring:8 --bytes 1MB",
                     "simulate --topology fat_tree:k=16 --bytes 100MB")
 
