@@ -28,7 +28,7 @@ from .result import CollectiveResult
 from .study import StudyConfig, placement_notes, run_study, topology_for
 from .studyresult import Study, StudyRow, read_study
 from . import figures
-from .sweep import size_sweep
+from .sweep import size_sweep, sweep_sizes
 from .validation import (CollectivePoint, MeasuredTrace, TrainingPoint, ValidationReport,
                          calibrate, compare, import_nccl_tests)
 
@@ -38,7 +38,7 @@ __all__ = [
     "Route", "Transfer", "Schedule", "ALGORITHMS", "NCCL_ALGORITHMS", "build_schedule",
     "busbw_factor", "closed_form", "nccl_plan", "NcclPlan", "NcclSystem",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
-    "Straggler", "size_sweep",
+    "Straggler", "size_sweep", "sweep_sizes",
     "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "Prediction", "TRANSPORTS",
     "StudyConfig", "run_study", "placement_notes", "topology_for", "Study", "StudyRow",
     "read_study", "write_report", "figures",

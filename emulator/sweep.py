@@ -89,6 +89,14 @@ def sweep_sizes(min_bytes: int, max_bytes: int, factor: float = 2) -> list[int]:
     ConfigError
         Naming the field and its value; also when there would be more than
         :data:`MAX_ROWS` sizes.
+
+    Examples
+    --------
+    >>> from emulator import sweep_sizes
+    >>> sweep_sizes(1 << 20, 16 << 20, 2) == [1 << 20, 2 << 20, 4 << 20, 8 << 20, 16 << 20]
+    True
+    >>> sweep_sizes(1000, 4000, 1.5)
+    [1000, 1500, 2250, 3375]
     """
     lo = _int_field("min_bytes", min_bytes, 1)
     hi = _int_field("max_bytes", max_bytes, 1)

@@ -124,12 +124,9 @@ class HarnessConfig:
 
 
 def sizes(min_bytes: int, max_bytes: int, factor: int, *, align: int = 4) -> list[int]:
-    """nccl-tests' size sequence: min, min*f, ... <= max, each rounded down to ``align`` bytes."""
-    out, n = [], min_bytes
-    while n <= max_bytes:
-        out.append(max(align, n - n % align))
-        n *= factor
-    return out
+    """nccl-tests' size sequence (:func:`emulator.sweep_sizes`), each rounded down to ``align``
+    bytes (whole float32 elements)."""
+    return [max(align, n - n % align) for n in emulator.sweep_sizes(min_bytes, max_bytes, factor)]
 
 
 def _group_max(values, dist):
