@@ -293,3 +293,20 @@ def test_every_preset_runs_in_every_fabric(name, fabric):
     plan = nccl.plan(G, "allreduce", 64 << 20, system=system)
     assert plan.channels == len(system.nics[0]) and plan.predicted_s > 0
     assert all(sorted(rg.order) == list(range(p)) for rg in channel_rings(system))
+
+
+def test_the_analysis_is_kept_with_the_graph_until_it_changes():
+    """A replayed iteration builds dozens of collectives on one graph: NCCL's view of it is
+    computed once, and again after a link changes (the hop facts then follow the new link)."""
+    G = topologies.from_spec("cluster:dgx_a100x2")
+    a = NcclSystem.of(G, range(16))
+    assert NcclSystem.of(G, range(16)) is a
+    assert NcclSystem.of(G, range(8)) is not a
+    src, dst = a.gpu(0), a.gpu(8)
+    before = a.hop((src, dst))
+    assert a.hop((src, dst)) is before
+    u, v = before.channels[len(before.channels) // 2]
+    G.edges[u, v]["bandwidth"] /= 4
+    b = NcclSystem.of(G, range(16))
+    assert b is not a and b.hop((src, dst)).raw == before.raw / 4
+    assert NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16)) is not b

@@ -18,6 +18,7 @@ a host (NVLink, PCI) and between a GPU and its NICs, and reads the GPUs' compute
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field
 
 import networkx as nx
@@ -28,6 +29,18 @@ from . import constants as C
 #: Link classes inside one machine; every other class is a network link.
 INTRA_CLASSES = frozenset({"nvlink", "nvswitch", "pcie", "qpi", "upi", "xgmi", "socket", "c2c"})
 NVLINK_CLASSES = frozenset({"nvlink", "nvswitch"})
+
+
+#: graph -> (fingerprint, {ranks: NcclSystem}); weak, so a graph's analyses go with it.
+_SYSTEMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _fingerprint(G: nx.Graph) -> int:
+    """What the analysis reads: every link's ends, class, bandwidth and latency, and every
+    node's attributes (kind, fabric, compute capability, ...)."""
+    return hash((tuple((u, v, d.get("link"), d.get("bandwidth"), d.get("latency"))
+                       for u, v, d in G.edges(data=True)),
+                 tuple((n, repr(sorted(d.items()))) for n, d in G.nodes(data=True))))
 
 
 def _link_class(d: dict) -> str:
@@ -67,11 +80,16 @@ class NcclSystem:
     _router: object = field(default=None, repr=False)
     _gpu: list = field(default_factory=list, repr=False)
     _node_of: dict = field(default_factory=dict, repr=False)
+    _hops: dict = field(default_factory=dict, repr=False, compare=False)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
     def of(cls, G: nx.Graph, ranks) -> "NcclSystem":
         """Analyse ``G`` for the participating ``ranks`` (a sequence of distinct ints).
+
+        The analysis is kept with the graph for the next collective on the same ranks (a
+        replayed iteration builds dozens), and done again when the graph's links or machines
+        have changed since.
 
         Examples
         --------
@@ -80,12 +98,22 @@ class NcclSystem:
         >>> len(s.nodes), s.intra_hw, s.arch, len(s.nics[0])
         (2, 'nvlink', 'ampere', 8)
         """
-        import topologies
-
         if G is None:
             raise ConfigError("NCCL algorithms need graph= (the topology the ranks run on)")
-        gpus = topologies.gpus(G)
         ranks = tuple(int(r) for r in ranks)
+        fp = _fingerprint(G)
+        kept = _SYSTEMS.get(G)
+        if kept is None or kept[0] != fp:
+            kept = _SYSTEMS[G] = (fp, {})
+        if ranks not in kept[1]:
+            kept[1][ranks] = cls._analyse(G, ranks)
+        return kept[1][ranks]
+
+    @classmethod
+    def _analyse(cls, G: nx.Graph, ranks: tuple) -> "NcclSystem":
+        import topologies
+
+        gpus = topologies.gpus(G)
         bad = [r for r in ranks if r >= len(gpus)]
         if bad:
             raise ConfigError(f"ranks {bad[:5]} are not in the graph {G.graph.get('name', '')!r} "
@@ -168,6 +196,13 @@ class NcclSystem:
 
     def hop(self, stops: tuple, flow: int = 0) -> "Hop":
         """Path facts of a hop through node ids ``stops`` (src, via..., dst)."""
+        key = (tuple(stops), flow)
+        hit = self._hops.get(key)
+        if hit is None:
+            hit = self._hops[key] = self._hop(key[0], flow)
+        return hit
+
+    def _hop(self, stops: tuple, flow: int) -> "Hop":
         chans, lat = [], 0.0
         for a, b in zip(stops, stops[1:]):
             c = self._router.channels(a, b, flow)
