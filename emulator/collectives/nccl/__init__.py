@@ -305,10 +305,10 @@ def _qsgd(b, system, rings, name, ranks, nbytes, payload_bytes, protocol):
             scatter = builders.p2p_alltoall(
                 b, system, {(x, y): int(sizes[index[y]]) for x in system.ranks
                             for y in system.ranks}, "Simple", tag="scatter")
-            done = {}
-            for y in system.ranks:
-                inbound = [np.asarray([v]) for (x, z), v in scatter.items() if z == y]
-                done[y] = int(b.local(y, inbound, "reduce")[0])
+            inbound: dict = {y: [] for y in system.ranks}
+            for (x, z), v in scatter.items():
+                inbound[z].append(np.asarray([v]))
+            done = {y: int(b.local(y, inbound[y], "reduce")[0]) for y in system.ranks}
             builders.ring(b, system, rings, "allgather", sizes, proto, eff, first_deps=done)
             sent = int((p - 1) * sizes.sum() * 2)
             t += cost.p2p_time(system, {(x, y): int(sizes[index[y]]) for x in system.ranks

@@ -357,7 +357,7 @@ def p2p_alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", t
     destination's rail, reached over NVLink first (PXN, NCCL 2.12+), so that the network leg
     stays on one rail. Returns {(src, dst): transfer id}."""
     hops = _Hops(b, system, "Ring", proto, C.PROTOCOL_EFFICIENCY[proto] if eff is None else eff)
-    out = {}
+    out, rows = {}, []
     k = min((len(n) for n in system.nics), default=0)
     for (x, y), nbytes in sorted(sizes.items()):
         if x == y:
@@ -373,7 +373,22 @@ def p2p_alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", t
         else:
             stops, flow = (system.gpu(x), system.gpu(y)), 0
         route, scale, wait, _ = hops(stops, flow)
-        deps = [] if deps_of is None else deps_of(x)
-        out[(x, y)] = int(b.add(x, y, int(math.ceil(int(nbytes) * scale)), deps, tag, wait,
-                                route)[0])
+        deps = () if deps_of is None else tuple(deps_of(x))
+        if any(np.size(d) != 1 for d in deps):
+            raise ValueError("p2p_alltoall: deps_of must give one transfer id per dependency")
+        rows.append(((x, y), int(math.ceil(int(nbytes) * scale)), wait, route, deps))
+    # One Builder call per run of sends with as many dependencies (in the order above, so
+    # the transfer ids are those of one call per send).
+    start = 0
+    while start < len(rows):
+        end = start + 1
+        while end < len(rows) and len(rows[end][4]) == len(rows[start][4]):
+            end += 1
+        run = rows[start:end]
+        ids = b.add([r[0][0] for r in run], [r[0][1] for r in run], [r[1] for r in run],
+                    [np.concatenate([np.ravel(r[4][k]) for r in run])
+                     for k in range(len(run[0][4]))],
+                    tag, [r[2] for r in run], [r[3] for r in run])
+        out.update((r[0], int(i)) for r, i in zip(run, ids))
+        start = end
     return out

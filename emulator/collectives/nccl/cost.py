@@ -75,8 +75,7 @@ def _facts(system: NcclSystem, stops: tuple, flow: int, algo: str, proto: str, e
 def _rates(system: NcclSystem, hops: list) -> list:
     """Bytes/s of each of ``hops`` when all run at once (bottleneck bandwidth / flows on it)."""
     count = Counter(c for h in hops for c in h.channels)
-    G = system.G
-    return [min(G.edges[u, v]["bandwidth"] / count[(u, v)] for u, v in h.channels) for h in hops]
+    return [min(bw / count[c] for c, bw in zip(h.channels, h.bandwidths)) for h in hops]
 
 
 def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,

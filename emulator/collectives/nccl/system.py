@@ -208,11 +208,12 @@ class NcclSystem:
             c = self._router.channels(a, b, flow)
             chans.extend(c)
             lat += sum(self.G.edges[u, v]["latency"] for u, v in c)
-        raw = min(self.G.edges[u, v]["bandwidth"] for u, v in chans)
-        usable = min(self.G.edges[u, v]["bandwidth"] * self.usable_fraction(self.G.edges[u, v])
-                     for u, v in chans)
-        net = any(_link_class(self.G.edges[u, v]) not in INTRA_CLASSES for u, v in chans)
-        return Hop(tuple(chans), lat, raw, usable, net)
+        data = [self.G.edges[u, v] for u, v in chans]
+        bandwidths = tuple(d["bandwidth"] for d in data)
+        raw = min(bandwidths)
+        usable = min(bw * self.usable_fraction(d) for bw, d in zip(bandwidths, data))
+        net = any(_link_class(d) not in INTRA_CLASSES for d in data)
+        return Hop(tuple(chans), lat, raw, usable, net, bandwidths)
 
 
 @dataclass(frozen=True)
@@ -225,6 +226,7 @@ class Hop:
     raw: float
     usable: float
     net: bool
+    bandwidths: tuple = ()    # of each of ``channels``, bytes/s
 
     @property
     def inflation(self) -> float:
