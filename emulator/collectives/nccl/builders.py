@@ -69,11 +69,17 @@ class _Hops:
         key = (stops, flow)
         hit = self._cache.get(key)
         if hit is None:
-            hop = self.system.hop(stops, flow)
-            route = self.b.route(Route(via=tuple(stops[1:-1]), flow=flow))
-            scale = hop.inflation / self.eff
-            wait = hop_latency(self.system, hop.net, self.algo, self.proto)
-            hit = self._cache[key] = (route, scale, wait, hop)
+            # The hop's facts are the system's (kept across schedules); its route id is this
+            # schedule's.
+            facts_key = ("hop", stops, flow, self.algo, self.proto, self.eff)
+            facts = self.system.memo.get(facts_key)
+            if facts is None:
+                hop = self.system.hop(stops, flow)
+                facts = self.system.memo[facts_key] = (
+                    Route(via=tuple(stops[1:-1]), flow=flow), hop.inflation / self.eff,
+                    hop_latency(self.system, hop.net, self.algo, self.proto), hop)
+            route, scale, wait, hop = facts
+            hit = self._cache[key] = (self.b.route(route), scale, wait, hop)
         return hit
 
 

@@ -254,6 +254,18 @@ def p2p_time(system: NcclSystem, sizes: dict, proto: str = "Simple") -> float:
     items = [(x, y, n) for (x, y), n in sorted(sizes.items()) if x != y]
     if not items:
         return 0.0
+    key = ("p2p", proto, tuple((x, y) for x, y, _ in items))
+    kept = system.memo.get(key)
+    if kept is None:
+        kept = system.memo[key] = _p2p_facts(system, items, proto)
+    facts, rates = kept
+    return max(w + h.latency + math.ceil(int(n) * s) / r
+               for (_, _, n), (h, s, w), r in zip(items, facts, rates))
+
+
+def _p2p_facts(system: NcclSystem, items: list, proto: str) -> tuple:
+    """Each send's (hop, wire scale, wait) and shared rate: they depend on which pairs send,
+    not on how much."""
     k = min((len(n) for n in system.nics), default=0)
     facts = []
     for x, y, _ in items:
@@ -268,6 +280,4 @@ def p2p_time(system: NcclSystem, sizes: dict, proto: str = "Simple") -> float:
         else:
             facts.append(_facts(system, (system.gpu(x), system.gpu(y)), 0, "Ring", proto,
                                 C.PROTOCOL_EFFICIENCY[proto]))
-    rates = _rates(system, [f[0] for f in facts])
-    return max(w + h.latency + math.ceil(int(n) * s) / r
-               for (_, _, n), (h, s, w), r in zip(items, facts, rates))
+    return facts, _rates(system, [f[0] for f in facts])

@@ -81,6 +81,8 @@ class NcclSystem:
     _gpu: list = field(default_factory=list, repr=False)
     _node_of: dict = field(default_factory=dict, repr=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
+    #: derived facts the builders and the cost model reuse across collectives (keyed by kind)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
