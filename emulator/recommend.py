@@ -345,9 +345,10 @@ def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
     >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
     ...                      device="cpu", seed=0, variance_bits=(2, 4, 8))
     >>> G = topologies.from_spec("switch:8,bw=1Gbit")
-    >>> r = emulator.recommend(trace, G, budget=emulator.Budget(bits_per_element=4))
-    >>> r.best.bits, r.best.transport, r.speedup_fp32 > 1
-    ((4,), 'qsgd_allgather', True)
+    >>> r = emulator.recommend(trace, G, budget=emulator.Budget(bits_per_element=4),
+    ...                        transports=("qsgd_allgather",))
+    >>> r.best.transport, r.best.bits_per_element <= 4, r.evaluated   # 3 widths, fp32, fp16
+    ('qsgd_allgather', True, 5)
     """
     t0 = time.perf_counter()
     if not isinstance(budget, Budget):
