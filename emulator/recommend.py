@@ -20,7 +20,8 @@ unit of variance added (marginal analysis, as in adaptive-level QSGD, Faghri et 
 2020), down to the narrowest: a path of ``G (W - 1)`` points, each step evaluating at most
 ``G`` neighbours. The best point of all evaluated ones within the budget is then improved by
 local moves (lower one group, or raise one and lower another) while one is faster and within
-budget. Every candidate is predicted by :func:`emulator.replay` with per-bucket widths on one
+budget. A transport whose least variance (every group at the widest width) exceeds the budget
+is skipped. Every candidate is predicted by :func:`emulator.replay` with per-bucket widths on one
 :class:`Network` (its collective cache shared). ``exhaustive=True`` evaluates all ``W^G``
 combinations instead (the check of the search on small cases).
 """
@@ -374,10 +375,16 @@ def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
     base = [widths[-1]] * trace.num_buckets
 
     # what the budget allows at best: all groups at the widest width, the lowest factor
-    least = min(vm.increase(tuple(base), t, p) for t in transports)
+    lows = {t: vm.increase(tuple(base), t, p) for t in transports}
+    least = min(lows.values())
     if budget.variance is not None and budget.variance < least:
         raise ConfigError(f"budget variance={budget.variance!r} is impossible: the least reachable "
                           f"with bits {list(widths)} and transports {list(transports)} is {least:.4g}")
+    # a transport with no point within the budget is not searched (nor simulated)
+    skipped = {t: f"its least variance increase {v:.4g} (all buckets at {widths[-1]} bits) exceeds "
+                  f"the budget" for t, v in lows.items()
+               if budget.variance is not None and v > budget.variance * (1 + 1e-12)}
+    transports = tuple(t for t in transports if t not in skipped)
     if budget.bits_per_element is not None and budget.bits_per_element < widths[0]:
         raise ConfigError(f"budget bits_per_element={budget.bits_per_element!r} is impossible: the "
                           f"narrowest allowed width is {widths[0]} bits")
@@ -414,4 +421,5 @@ def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
         best=best, budget=budget, world_size=p, topology=net.name, fp32_s=fp32, fp16_s=fp16,
         policy=policy, front=pareto_front(qsgd_cands), uniform=tuple(uniform),
         evaluated=len(qsgd_cands) + 2, search_s=time.perf_counter() - t0,
-        method="exhaustive" if exhaustive else "greedy+local", bucket_size=trace.config.bucket_size)
+        method="exhaustive" if exhaustive else "greedy+local", bucket_size=trace.config.bucket_size,
+        extra={"skipped_transports": skipped})

@@ -81,6 +81,7 @@ def format_text(rec) -> str:
         f"(speedup {rec.speedup_fp32:.2f}x), fp16 {rec.fp16_s * 1e3:.2f} ms (speedup {rec.speedup_fp16:.2f}x)",
         f"  {rec.state_snippet()}",
         *([f"  note: {rec.note}"] if rec.note else []),
+        *[f"  skipped {t}: {why}" for t, why in rec.extra.get("skipped_transports", {}).items()],
         "  Pareto front (U = uniform widths):",
         "     iter ms  speedup  variance  bits/el  transport                      widths",
     ]

@@ -135,3 +135,13 @@ def test_replay_of_mixed_widths_sums_its_buckets(trace, net):
         assert b.wire_bytes == alone.buckets[j].wire_bytes
     with pytest.raises(emulator.ConfigError, match=rf"bits: expected one width per bucket \({k}\), got 1"):
         emulator.replay(trace, None, transport="qsgd_allgather", network=net, bits=(4,))
+
+
+def test_a_transport_that_cannot_meet_the_budget_is_skipped(trace, net):
+    vm = emulator.VarianceModel(trace)
+    sra_least = vm.increase((8,) * trace.num_buckets, "qsgd_scatter_reduce_allgather", net.world_size)
+    # 1 + p = 9 times the all-gather's at the same widths: half of it is within reach of one only
+    rec = emulator.recommend(trace, budget=emulator.Budget(variance=sra_least / 2), network=net,
+                             compute=COMPUTE)
+    assert "qsgd_scatter_reduce_allgather" in rec.extra["skipped_transports"]
+    assert all(c.transport == "qsgd_allgather" for c in rec.front + rec.uniform)
