@@ -70,6 +70,20 @@ def _budget(args, trace, world_size: int):
     return emulator.Budget(variance=vm.increase((b,) * trace.num_buckets, "qsgd_allgather", world_size))
 
 
+#: front rows printed (the uniform and recommended points always, others evenly spaced)
+MAX_ROWS = 24
+
+
+def _thin(front, best) -> list:
+    if len(front) <= MAX_ROWS:
+        return list(front)
+    keep = {i for i, c in enumerate(front) if c.uniform or c == best}
+    rest = [i for i in range(len(front)) if i not in keep]
+    room = max(0, MAX_ROWS - len(keep))
+    keep |= {rest[round(j * (len(rest) - 1) / max(room - 1, 1))] for j in range(room)} if room else set()
+    return [front[i] for i in sorted(keep)][:max(MAX_ROWS, len(keep))]
+
+
 def format_text(rec) -> str:
     b = rec.best
     lines = [
@@ -82,10 +96,11 @@ def format_text(rec) -> str:
         f"  {rec.state_snippet()}",
         *([f"  note: {rec.note}"] if rec.note else []),
         *[f"  skipped {t}: {why}" for t, why in rec.extra.get("skipped_transports", {}).items()],
-        "  Pareto front (U = uniform widths):",
+        f"  Pareto front (U = uniform widths; {len(rec.front)} points"
+        f"{f', {MAX_ROWS} shown, --json has all' if len(rec.front) > MAX_ROWS else ''}):",
         "     iter ms  speedup  variance  bits/el  transport                      widths",
     ]
-    for c in rec.front:
+    for c in _thin(rec.front, rec.best):
         lines.append(f"  {'U' if c.uniform else ' '} {c.iteration_s * 1e3:8.2f}  {rec.fp32_s / c.iteration_s:6.2f}x  "
                      f"{c.variance:8.4g}  {c.bits_per_element:7.2f}  {c.transport:<29}  {list(c.bits)}")
     return "\n".join(lines)
