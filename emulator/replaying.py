@@ -154,6 +154,7 @@ class Prediction:
         for b in d["buckets"]:
             b["collectives"] = [list(c) for c in b["collectives"]]
         d["comm_s"] = self.comm_s
+        d["bucket_bits"] = list(self.bucket_bits)   # JSON's form, so a round trip compares equal
         return d
 
     @classmethod
