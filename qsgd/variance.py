@@ -99,6 +99,14 @@ def variance_ratios(v: torch.Tensor, cfg: QSGDConfig, bits: Sequence[int] = DEFA
     -------
     dict
         Width -> :class:`Ratio`.
+
+    Examples
+    --------
+    >>> import torch, qsgd
+    >>> v = torch.randn(4096, generator=torch.Generator().manual_seed(1))
+    >>> r = variance_ratios(v, qsgd.QSGDConfig.from_bits(4), bits=(8,), segments=[1024, 3072])[8]
+    >>> 0 < r.ratio < r.bound, len(r.segments)
+    (True, 2)
     """
     if not is_int(samples) or samples < 1:
         raise ConfigError(f"samples: expected an int >= 1, got {samples!r}")
