@@ -8,7 +8,11 @@ compression: final test accuracy (mean over seeds, and the range), its differenc
 percentage points (mean of the per-seed differences: same seed = same initialisation, data split
 and shuffles), the bytes each rank sends per step and their ratio to fp32. Checks that QSGD 8-bit
 and 4-bit end within ``--tolerance`` points (default 1) of fp32, i.e. ``|delta| <= 1``; 2-bit is
-reported as it is. Exit code 0 when both checks pass, 1 otherwise.
+reported as it is. With ``--recommend B`` (default 4) it also trains the per-layer widths
+``qsgd-emu recommend`` gives for this MLP (measured here with its per-bucket variance; DDP
+buckets of ``--bucket-cap-mb`` so that each layer is its own bucket, in every run) at the
+variance of uniform B-bit QSGD on ``--recommend-topology`` at ``--recommend-gpus`` GPUs, and
+checks it within the tolerance too. Exit code 0 when the checks pass, 1 otherwise.
 
 Why several seeds: the test set has 449 digits (one digit = 0.22 points) and single-seed fp32
 accuracies after the same training differ by about a point from seed to seed, as much as the
@@ -19,6 +23,7 @@ All runs share one launch of the ranks (start-up dominates on small machines)::
 
     .venv/bin/python benchmarks/convergence.py [--epochs 20] [--ranks 2] [--seeds 0,1,2]
         [--bits 8,4,2] [--transport allgather] [--also fp16,powersgd] [--json] [--store PATH]
+        [--recommend 4 --recommend-topology 'cluster:dgx_a100x{N},nic_bw=25Gbit' --recommend-gpus 64]
 
 ``--store PATH`` also logs every run step by step into a run store (``qsgd-emu dashboard``
 shows them) and saves the table there as a ``"convergence"`` result.
@@ -70,6 +75,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--bucket-size", type=int, default=512, help="QSGD coordinates per scale (default 512)")
     ap.add_argument("--error-feedback", action="store_true", help="QSGD with error feedback")
     ap.add_argument("--tolerance", type=float, default=1.0, help="allowed |delta| in points (default 1)")
+    ap.add_argument("--recommend", type=int, default=4, metavar="B",
+                    help="also train the recommended per-layer widths at the variance of uniform "
+                         "B-bit QSGD (0: skip; default 4)")
+    ap.add_argument("--recommend-variance", type=float, default=None, metavar="V",
+                    help="the recommendation's variance budget instead of uniform B-bit's")
+    ap.add_argument("--recommend-topology", default="cluster:dgx_a100x{N},nic_bw=25Gbit",
+                    help="topology the recommendation is for")
+    ap.add_argument("--recommend-gpus", type=int, default=64, help="GPUs the recommendation is for")
+    ap.add_argument("--recommend-device", default="A100", help="target device of its compute model")
+    ap.add_argument("--bucket-cap-mb", type=float, default=0.05,
+                    help="DDP bucket cap of every run (MiB; 0.05: one bucket per MLP layer)")
     ap.add_argument("--store", default=None, help="also log the runs into this run store")
     ap.add_argument("--json", action="store_true", help="print the report as JSON")
     args = ap.parse_args(argv)
@@ -80,20 +96,54 @@ def parse_args(argv=None) -> argparse.Namespace:
     return args
 
 
-def configs(args):
+def recommendation(args) -> dict | None:
+    """What ``qsgd-emu recommend`` gives for the MLP of these runs (``None`` without
+    ``--recommend``): measured here on digits-sized inputs with the runs' DDP bucket cap."""
+    if not args.recommend:
+        return None
+    import emulator
+    import qsgd
+    from testbench.training.datasets import load_dataset
+    from testbench.training.loop import TrainConfig, build
+
+    data = load_dataset("digits", args.seeds[0])
+    model = build(TrainConfig(), data.n_features, data.n_classes)
+    cap = int(args.bucket_cap_mb * 2**20)
+    trace = qsgd.measure(model, qsgd.QSGDConfig.from_bits(4, bucket_size=args.bucket_size),
+                         iterations=2, batch_size=args.batch_size, device="cpu", seed=0,
+                         bucket_cap_bytes=cap, first_bucket_bytes=cap, input_shape=(data.n_features,))
+    w = args.recommend_gpus
+    vm = emulator.VarianceModel(trace)
+    budget = emulator.Budget(variance=args.recommend_variance if args.recommend_variance is not None
+                             else vm.increase((args.recommend,) * trace.num_buckets, "qsgd_allgather", w))
+    rec = emulator.recommend(trace, emulator.topology_for(args.recommend_topology, w), world_size=w,
+                             budget=budget, transports=("qsgd_" + args.transport,),
+                             compute=emulator.ComputeModel.for_device(args.recommend_device, trace))
+    return {"policy": rec.policy, "bucket_bits": list(rec.best.bits), "variance": rec.best.variance,
+            "budget_variance": budget.variance, "bits_per_element": rec.best.bits_per_element,
+            "predicted_speedup_vs_uniform": next(
+                c.iteration_s for c in rec.uniform if c.bits[0] == args.recommend) / rec.best.iteration_s,
+            "topology": rec.topology, "gpus": w, "budget_bits": args.recommend}
+
+
+def configs(args, rec: dict | None = None):
     """``[(label, compression, bits, TrainConfig)]``: every compression for every seed."""
     from testbench.training.loop import TrainConfig
 
     common = dict(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr, momentum=args.momentum,
                   transport=args.transport, bucket_size=args.bucket_size,
-                  error_feedback=args.error_feedback)
-    kinds = [("fp32", "fp32", 32)] + [(c, c, 16 if c == "fp16" else 32) for c in args.also] + \
-        [(f"qsgd{b}", "qsgd", b) for b in args.bits]
+                  error_feedback=args.error_feedback, bucket_cap_mb=args.bucket_cap_mb)
+    kinds = [("fp32", "fp32", 32, ())] + [(c, c, 16 if c == "fp16" else 32, ()) for c in args.also] + \
+        [(f"qsgd{b}", "qsgd", b, ()) for b in args.bits]
+    if rec is not None:
+        # labelled by its widest width; the widths per layer are in the settings
+        kinds.append(("qsgd-recommended", "qsgd", max(rec["policy"].values()),
+                      tuple(sorted(rec["policy"].items()))))
     out = []
     for seed in args.seeds:
-        for label, comp, bits in kinds:
+        for label, comp, bits, policy in kinds:
             cfg = TrainConfig(compression=comp, bits=bits if comp == "qsgd" else 4, seed=seed,
-                              name=f"convergence {label} seed {seed}", **common)
+                              name=f"convergence {label} seed {seed}", bit_policy=policy, **common)
             out.append((label, comp, bits, cfg))
     return out
 
@@ -123,7 +173,7 @@ def _ranks_main(rank: int, world: int, cfgs, store_path, run_ids):
     return out
 
 
-def report(args, runs) -> dict:
+def report(args, runs, rec: dict | None = None) -> dict:
     """The table (one row per compression, seeds aggregated) and the checks."""
     from testbench.training.datasets import load_dataset
 
@@ -152,11 +202,16 @@ def report(args, runs) -> dict:
         })
     checks = []
     for b in (8, 4):
-        row = next((r for r in rows if r["method"] == "qsgd" and r["bits"] == b), None)
+        row = next((r for r in rows if r["compression"] == f"qsgd{b}"), None)
         if row is not None:
             d = row["delta_vs_fp32_points"]
             checks.append({"check": f"QSGD {b}-bit within {args.tolerance:g} point(s) of fp32",
                            "delta_points": d, "pass": abs(d) <= args.tolerance})
+    row = next((r for r in rows if r["compression"] == "qsgd-recommended"), None)
+    if row is not None:
+        d = row["delta_vs_fp32_points"]
+        checks.append({"check": f"QSGD recommended widths within {args.tolerance:g} point(s) of fp32",
+                       "delta_points": d, "pass": abs(d) <= args.tolerance})
     first = next(iter(fp32.values()))
     return {
         "format": FORMAT, "version": VERSION,
@@ -165,7 +220,8 @@ def report(args, runs) -> dict:
                      "batch_size_per_rank": args.batch_size, "lr": args.lr, "momentum": args.momentum,
                      "seeds": list(args.seeds), "transport": args.transport,
                      "bucket_size": args.bucket_size, "error_feedback": args.error_feedback,
-                     "tolerance_points": args.tolerance,
+                     "tolerance_points": args.tolerance, "bucket_cap_mb": args.bucket_cap_mb,
+                     "recommendation": rec,
                      "test_samples": len(load_dataset("digits", args.seeds[0]).test_y)},
         "rows": rows, "checks": checks, "pass": all(c["pass"] for c in checks) and bool(checks),
     }
@@ -193,7 +249,13 @@ def print_table(doc: dict) -> None:
     print()
     for c in doc["checks"]:
         print(f"{'PASS' if c['pass'] else 'FAIL'}  {c['check']}: delta {c['delta_points']:+.2f} points")
-    two = [r for r in doc["rows"] if r["method"] == "qsgd" and r["bits"] == 2]
+    rec = s.get("recommendation")
+    if rec:
+        print(f"info  recommended widths (variance budget {rec['budget_variance']:.4g} on {rec['topology']}, "
+              f"{rec['gpus']} GPUs; predicted {rec['predicted_speedup_vs_uniform']:.2f}x uniform's speed): "
+              f"{rec['policy']}, {rec['bits_per_element']:.2f} bits/element, variance "
+              f"{rec['variance']:.4g} <= {rec['budget_variance']:.4g}")
+    two = [r for r in doc["rows"] if r["compression"] == "qsgd2"]
     for r in two:
         print(f"info  QSGD 2-bit (reported as it is): delta {r['delta_vs_fp32_points']:+.2f} points, "
               f"{r['bytes_ratio_vs_fp32']:.3f} of fp32's bytes")
@@ -204,7 +266,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from testbench.training import launch
 
-    plan = configs(args)
+    rec = recommendation(args)
+    plan = configs(args, rec)
     run_ids = [None] * len(plan)
     if args.store:
         from dataclasses import asdict
@@ -219,7 +282,7 @@ def main(argv=None) -> int:
     summaries = launch.spawn(_ranks_main, args.ranks, [c for _, _, _, c in plan],
                              args.store, run_ids, timeout_s=3600.0)[0]
     print(f"done in {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    doc = report(args, list(zip(plan, summaries)))
+    doc = report(args, list(zip(plan, summaries)), rec)
     if args.store:
         RunStore(args.store).save_result(None, "convergence", doc)
     if args.json:

@@ -367,3 +367,43 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
         pred.to_dict(), label=f"{best.label} at {best.world_size} GPUs on {best.topology_name}")
     return {"rows": [r.to_dict() for r in study.rows], "gantt": gantt,
             "params": {k: v for k, v in params.items() if k not in ("trace", "topology_upload")}}
+
+
+def recommend_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> dict:
+    """Run :func:`emulator.recommend`: the :meth:`~emulator.Recommendation.to_dict` of the
+    form's model (measured here with variance records, cached) or uploaded trace, topology,
+    world size and budget, plus ``"text"``: the configuration to paste."""
+    trace = workload(dict(params, bits=[4]), progress)
+    spec = _topology_spec(params)
+    emulator_ = __import__("emulator")
+    w = int(params["world_size"])
+    progress(0, 1, f"searching widths at {w} GPUs")
+    count = [0]
+
+    def on_progress(msg: str) -> None:
+        count[0] += 25
+        progress(count[0], count[0] + 25, msg)
+
+    try:
+        kind, value = params["budget"]
+        if kind == "variance_as_bits":
+            vm = emulator_.VarianceModel(trace)
+            budget = emulator_.Budget(variance=vm.increase((int(value),) * trace.num_buckets,
+                                                           "qsgd_allgather", w))
+        else:
+            budget = emulator_.Budget(**{kind: float(value)})
+        compute = emulator_.ComputeModel.for_device(params.get("device") or "measured", trace)
+        G = emulator_.topology_for(spec, w)
+        rec = emulator_.recommend(trace, G, world_size=w, budget=budget, compute=compute,
+                                  transports=tuple(params["transports"]), progress=on_progress)
+    except ValueError as exc:
+        raise DashboardError(f"recommend: {exc}") from None
+    progress(1, 1, f"done: {rec.evaluated} candidates in {rec.search_s:.1f} s")
+    out = rec.to_dict()
+    out["text"] = "\n".join([
+        f"# {rec.best.transport}, widths per bucket {list(rec.best.bits)}: "
+        f"{rec.best.iteration_s * 1e3:.2f} ms per iteration, {rec.speedup_fp32:.2f}x over fp32, "
+        f"{rec.speedup_fp16:.2f}x over fp16, variance increase {rec.best.variance:.4g}",
+        *([f"# {rec.note}"] if rec.note else []),
+        rec.state_snippet()])
+    return out

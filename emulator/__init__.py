@@ -23,6 +23,7 @@ from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError
 from .faults import DegradedLink, Fault, RemovedLink, Straggler
 from .network import Network
 from .replaying import TRANSPORTS, Prediction, bucket_plan, replay
+from .recommend import Budget, Candidate, Recommendation, VarianceModel, pareto_front, recommend
 from .report import write_report
 from .result import CollectiveResult
 from .study import StudyConfig, placement_notes, run_study, topology_for
@@ -42,6 +43,7 @@ __all__ = [
     "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "Prediction", "TRANSPORTS",
     "StudyConfig", "run_study", "placement_notes", "topology_for", "Study", "StudyRow",
     "read_study", "write_report", "figures",
+    "Budget", "Candidate", "Recommendation", "VarianceModel", "pareto_front", "recommend",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",
 ]

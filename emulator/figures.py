@@ -18,7 +18,8 @@ from typing import Any, Mapping, Sequence
 
 __all__ = ["PALETTE", "SCALING_METRICS", "BREAKDOWN_PARTS", "TIMELINE_PHASES", "series_label",
            "style", "message_figure", "scaling_figure", "breakdown_figure", "timeline_figure",
-           "validation_figure", "validation_scatter", "COMPARISON_PHASES", "timeline_comparison"]
+           "validation_figure", "validation_scatter", "COMPARISON_PHASES", "timeline_comparison",
+           "recommend_front_figure", "recommend_bits_figure"]
 
 #: Colour cycle shared by every figure, so a series keeps its colour across figures.
 PALETTE = (
@@ -346,3 +347,52 @@ def timeline_comparison(row: Mapping[str, Any]):
     fig.update_yaxes(autorange="reversed")
     fig.update_xaxes(title_text="ms from the start of the step")
     return fig
+
+
+def recommend_front_figure(rec: Mapping[str, Any]):
+    """Speedup over fp32 against variance increase: the Pareto front of a recommendation
+    (:meth:`emulator.Recommendation.to_dict`), uniform widths and the recommended point marked.
+
+    >>> from emulator import figures
+    >>> rec = {"fp32_s": 2.0, "world_size": 8, "topology": "t",
+    ...        "front": [{"iteration_s": 1.0, "variance": 0.5, "uniform": True, "bits": [2],
+    ...                   "transport": "qsgd_allgather"}],
+    ...        "best": {"iteration_s": 1.0, "variance": 0.5, "bits": [2], "transport": "qsgd_allgather"}}
+    >>> [t.name for t in figures.recommend_front_figure(rec).data]
+    ['Pareto front', 'uniform widths', 'recommended']
+    """
+    go = _go()
+    fp32 = rec["fp32_s"]
+
+    def pts(cands):
+        return ([c["variance"] for c in cands], [fp32 / c["iteration_s"] for c in cands],
+                [f"{c['transport']} {c['bits']}" for c in cands])
+
+    fig = go.Figure()
+    x, y, text = pts(rec["front"])
+    fig.add_scatter(x=x, y=y, text=text, mode="lines+markers", name="Pareto front",
+                    line={"color": PALETTE[0]})
+    x, y, text = pts([c for c in rec["front"] if c.get("uniform")])
+    fig.add_scatter(x=x, y=y, text=text, mode="markers", name="uniform widths",
+                    marker={"symbol": "square", "size": 11, "color": PALETTE[1]})
+    x, y, text = pts([rec["best"]])
+    fig.add_scatter(x=x, y=y, text=text, mode="markers", name="recommended",
+                    marker={"symbol": "star", "size": 16, "color": PALETTE[3]})
+    fig.update_xaxes(type="log")
+    return style(fig, f"Pareto front at {rec['world_size']} GPUs on {rec['topology']}",
+                 "gradient variance increase (relative)", "speedup over fp32 allreduce (x)")
+
+
+def recommend_bits_figure(rec: Mapping[str, Any]):
+    """The recommended width of each compressed parameter (layer), in the model's order.
+
+    >>> from emulator import figures
+    >>> fig = figures.recommend_bits_figure({"policy": {"fc.weight": 4, "conv.weight": 2}})
+    >>> list(fig.data[0].x), list(fig.data[0].y)
+    (['fc.weight', 'conv.weight'], [4, 2])
+    """
+    go = _go()
+    names = list(rec["policy"])
+    fig = go.Figure(go.Bar(x=names, y=[rec["policy"][n] for n in names], name="bits",
+                           marker={"color": PALETTE[2]}))
+    return style(fig, "recommended bits per layer", "parameter", "bits per coordinate")

@@ -122,7 +122,8 @@ class Prediction:
     ``iteration_s - compute_s`` (it includes the hook's stages that delay backward and any
     communication or decoding that outlasts it). ``encode_decode_s`` is the total codec time
     of all buckets (hidden or not). ``bytes_per_gpu`` is the mean bytes each GPU sends per
-    iteration.
+    iteration. ``bits`` is the widest bucket's width; ``bucket_bits`` each bucket's (all equal
+    unless per-bucket widths were replayed).
     """
 
     iteration_s: float
@@ -140,6 +141,7 @@ class Prediction:
     topology: str
     source: str
     buckets: tuple[BucketTimeline, ...] = field(repr=False)
+    bucket_bits: tuple[int, ...] = ()
 
     @property
     def comm_s(self) -> float:
@@ -152,6 +154,7 @@ class Prediction:
         for b in d["buckets"]:
             b["collectives"] = [list(c) for c in b["collectives"]]
         d["comm_s"] = self.comm_s
+        d["bucket_bits"] = list(self.bucket_bits)   # JSON's form, so a round trip compares equal
         return d
 
     @classmethod
@@ -160,7 +163,8 @@ class Prediction:
         try:
             buckets = tuple(BucketTimeline(**dict(b, collectives=tuple(
                 tuple(c) for c in b.get("collectives", ())))) for b in d["buckets"])
-            kw = {f: d[f] for f in cls.__dataclass_fields__ if f != "buckets"}
+            kw = {f: d[f] for f in cls.__dataclass_fields__ if f != "buckets" and f != "bucket_bits"}
+            kw["bucket_bits"] = tuple(d.get("bucket_bits", ()))
         except (KeyError, TypeError) as exc:
             raise ConfigError(f"Prediction: {exc} is missing or not a field") from None
         return cls(buckets=buckets, **kw)
@@ -251,9 +255,11 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         Compute seconds; default the measured ones.
     algorithm : str
         Allreduce algorithm for fp32/fp16 and the raw small tensors.
-    bits : int, optional
+    bits : int or sequence of int, optional
         QSGD bits per coordinate; default the trace's. Other widths use the packed codec's
-        exact payload size and encode/decode seconds scaled by bytes (``source`` says so).
+        exact payload size and encode/decode seconds scaled by bytes (``source`` says so). A
+        sequence gives each bucket its own width (one per ``trace.buckets``), as a
+        :class:`qsgd.QSGDState` bit policy does.
     network : Network, optional
         A :class:`Network` to reuse (its cache) across calls; overrides ``G``, ``world_size``
         and ``algorithm``.
@@ -287,14 +293,18 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     p = net.world_size
     fwd, bwd, opt, ready_scale = compute.phases(trace)
 
+    per_bucket = _bucket_bits(trace, bits)
     if t.compressed:
-        cfg, source = _qsgd_config(trace, bits)
-        used_bits = cfg.bits
+        configs = [_qsgd_config(trace, b) for b in per_bucket]
+        sources = sorted({src for _, src in configs})
+        source = sources[0] if len(sources) == 1 else "per-bucket widths: " + "; ".join(sources)
+        widths = tuple(c.bits for c, _ in configs)
     else:
-        if bits is not None and bits != 8 * t.bytes_per_element:
+        if any(b is not None and b != 8 * t.bytes_per_element for b in per_bucket):
             raise ConfigError(f"bits={bits!r} does not fit transport {transport!r} "
                               f"({8 * t.bytes_per_element} bits)")
-        cfg, source, used_bits = None, "dense allreduce", 8 * t.bytes_per_element
+        configs, source = None, "dense allreduce"
+        widths = (8 * t.bytes_per_element,) * trace.num_buckets
 
     stream_free = 0.0      # when the communication stream is next free
     callback_free = 0.0    # when the callback thread is next free
@@ -314,10 +324,10 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
 
     timeline, codec_total, bytes_total = [], 0.0, 0.0
     for k, b in enumerate(trace.buckets):
-        plan = bucket_plan(trace, k, transport, p, bits)
+        plan = bucket_plan(trace, k, transport, p, per_bucket[k])
         enc_el = dec_el = 0.0
         if t.compressed and b.compressed_numel:
-            _, enc, dec = _bucket_payload(trace, k, cfg)
+            _, enc, dec = _bucket_payload(trace, k, configs[k][0])
             enc_el = compute.codec_seconds(enc) / b.compressed_numel
             dec_el = compute.codec_seconds(dec) / b.compressed_numel
         w_hook = max(fwd + trace.mean_ready_s(k) * ready_scale + hook_work, w_hook)
@@ -367,5 +377,21 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     return Prediction(
         iteration_s=iteration, compute_s=compute_s, exposed_comm_s=max(0.0, iteration - compute_s),
         encode_decode_s=codec_total, forward_s=fwd, backward_s=bwd, optimizer_s=opt,
-        bytes_per_gpu=bytes_total, transport=transport, bits=used_bits, world_size=p,
-        algorithm=net.algorithm, topology=net.name, source=source, buckets=tuple(timeline))
+        bytes_per_gpu=bytes_total, transport=transport, bits=max(widths, default=0), world_size=p,
+        algorithm=net.algorithm, topology=net.name, source=source, buckets=tuple(timeline),
+        bucket_bits=widths)
+
+
+def _bucket_bits(trace, bits) -> list:
+    """``bits`` as one entry per bucket (None: the trace's own width)."""
+    if bits is None or is_int(bits):
+        return [bits] * trace.num_buckets
+    if isinstance(bits, (str, bytes)) or not hasattr(bits, "__len__"):
+        raise ConfigError(f"bits must be an int or one int per bucket, got {bits!r}")
+    bits = list(bits)
+    if len(bits) != trace.num_buckets:
+        raise ConfigError(f"bits: expected one width per bucket ({trace.num_buckets}), got {len(bits)}")
+    for k, b in enumerate(bits):
+        if not is_int(b):
+            raise ConfigError(f"bits[{k}] must be an int, got {b!r}")
+    return bits

@@ -22,6 +22,8 @@ from .measurement import measure
 from .models import MODELS, build_model
 from .quantizer import Quantized, dequantize, quantize
 from .trace import PayloadTrace
+from .tracevariance import BucketVariance
+from .variance import lemma31_bound, variance_ratios
 from .wireplan import BucketLayout, Collective, Stage, WirePlan, wire_plan
 
 __all__ = [
@@ -29,4 +31,5 @@ __all__ = [
     "QSGDError", "ConfigError", "PayloadError", "TraceError", "HookError", "ModelError",
     "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
     "measure_host", "PayloadTrace", "BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan",
+    "BucketVariance", "lemma31_bound", "variance_ratios",
 ]

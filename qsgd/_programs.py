@@ -107,9 +107,11 @@ class _Bucket:
         self.group = state.process_group
         self.device = _group_device(state.process_group)
         self.cruns, self.ridx, self.ckeys, self.cnumels, self.layout = _layout(state, bucket)
+        # the bucket's width under the state's bit policy (its payloads carry it: self-describing)
+        self.cfg = state.bucket_config(self.ckeys)
 
     def encode(self, x: torch.Tensor, rank: int, stream: int) -> torch.Tensor:
-        payload = encode(x, self.state.config, self.state.seed, rank=rank, step=self.step,
+        payload = encode(x, self.cfg, self.state.seed, rank=rank, step=self.step,
                          bucket=stream)
         with self.run.stream.lock:
             self.run.stats.payload_bytes += payload.numel()
@@ -134,7 +136,7 @@ class _Bucket:
         (``names[1]``), each padded to the largest, with ``raw`` (same size on every rank) in
         front as its bytes: a separate allreduce of a few KB would cost another round trip.
         """
-        cfg, rank = self.state.config, self.rank
+        cfg, rank = self.cfg, self.rank
         if cfg.codec == "packed":
             sizes = [payload_nbytes(n, cfg) for n in numels]
             if payload.numel() != sizes[rank]:
@@ -239,7 +241,7 @@ def _scatter_reduce_allgather(b: _Bucket):
     average, re-encode the owned chunk -> [sizes] -> mean chunk all_gather -> decode."""
     if not b.cruns:
         return (yield from _raw_only(b))
-    p, rank, cfg = b.p, b.rank, b.state.config
+    p, rank, cfg = b.p, b.rank, b.cfg
     small = b.buf[b.ridx] if b.ridx.numel() else None
     pending = None
     if small is not None:

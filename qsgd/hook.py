@@ -34,12 +34,19 @@ there after ``timeout_s`` at most. That end-of-backward wait is the only blockin
 DDP would wait there anyway. (Outside backward, where no engine callback can be queued, errors
 reach DDP as the bucket future's error.)
 
+Per-layer widths. ``bit_policy`` maps parameter names of ``model`` to bit widths (what
+``qsgd-emu recommend`` prints); a bucket is one payload, so it is quantized at the widest width
+of its compressed parameters (parameters not named keep ``config``'s), never coarser than the
+policy asks. Payloads carry their levels (self-describing), the wire plan of each bucket is
+built at its width, and the policy is part of the fingerprint the ranks compare.
+
 Parameters with fewer than ``min_numel`` elements travel uncompressed (the paper's rule, sec. 5).
 The first ``warmup_steps`` steps use a plain allreduce of the whole bucket. With
 ``error_feedback`` each rank keeps the part its quantizer dropped (``x - Q(x)`` per bucket) and
 adds it to the next step's gradient (Karimireddy et al., ICML 2019, "Error feedback fixes
 SignSGD").
 """
+import hashlib
 import json
 import math
 import time
@@ -94,6 +101,11 @@ class QSGDState:
         Seed of the random streams (with rank, step and bucket index).
     timeout_s : float
         Longest wait, at the end of backward, for the step's collectives (seconds).
+    bit_policy : dict of str to int, optional
+        Bit width (2..16) per parameter name of ``model``; a bucket uses the widest of its
+        compressed parameters' widths (unnamed parameters: ``config.bits``).
+    model : torch.nn.Module, optional
+        The module DDP wraps (its ``named_parameters`` names); required with ``bit_policy``.
 
     Attributes
     ----------
@@ -115,7 +127,7 @@ class QSGDState:
 
     def __init__(self, config: QSGDConfig, transport: str = "allgather", min_numel: int = 10_000,
                  warmup_steps: int = 0, error_feedback: bool = False, process_group=None,
-                 seed: int = 0, timeout_s: float = 300.0):
+                 seed: int = 0, timeout_s: float = 300.0, bit_policy: dict | None = None, model=None):
         if not isinstance(config, QSGDConfig):
             raise ConfigError(f"config: expected a QSGDConfig, got {type(config).__name__}")
         if transport not in TRANSPORTS:
@@ -128,6 +140,8 @@ class QSGDState:
         if not is_number(timeout_s) \
                 or not math.isfinite(timeout_s) or timeout_s <= 0:
             raise ConfigError(f"timeout_s: expected a positive number of seconds, got {timeout_s!r}")
+        self.bit_policy, self._param_bits = _check_policy(bit_policy, model)
+        self._configs: dict[tuple, QSGDConfig] = {}
         self.config = config
         self.transport = transport
         self.min_numel = min_numel
@@ -153,7 +167,7 @@ class QSGDState:
         return {"config": self.config.to_dict(), "transport": self.transport,
                 "min_numel": self.min_numel, "warmup_steps": self.warmup_steps,
                 "error_feedback": self.error_feedback, "seed": self.seed, "step": self.step,
-                "world_size": self.world_size}
+                "world_size": self.world_size, "bit_policy": _policy_digest(self.bit_policy)}
 
     @property
     def rank(self) -> int:
@@ -168,12 +182,15 @@ class QSGDState:
         return {"step": self.step, "config": self.config.to_dict(), "transport": self.transport,
                 "min_numel": self.min_numel, "warmup_steps": self.warmup_steps,
                 "error_feedback": self.error_feedback, "seed": self.seed,
+                "bit_policy": dict(self.bit_policy),
                 "residuals": {k: v.detach().clone().cpu() for k, v in self.residuals.items()}}
 
     def load_state_dict(self, sd: dict) -> None:
         """Resume from :meth:`state_dict`; the settings must match this state's."""
         mine = self.state_dict()
-        for key in ("config", "transport", "min_numel", "warmup_steps", "error_feedback", "seed"):
+        sd = {"bit_policy": {}, **sd}   # checkpoints from before bit policies: none
+        for key in ("config", "transport", "min_numel", "warmup_steps", "error_feedback", "seed",
+                    "bit_policy"):
             if key not in sd:
                 raise HookError(f"state_dict: missing field {key!r}")
             if sd[key] != mine[key]:
@@ -187,21 +204,41 @@ class QSGDState:
         # The new fingerprint (with the restored step) is compared again on the next call.
         self._checked = False
 
-    def plan(self, layout: BucketLayout, warmup: bool = False) -> WirePlan:
-        """The wire plan of a bucket with ``layout`` on this state's group (cached).
+    def bucket_config(self, keys) -> QSGDConfig:
+        """The config of a bucket whose compressed parameters have hook keys ``keys``: ``config``
+        at the widest width the bit policy gives them (cached)."""
+        keys = tuple(keys)
+        cfg = self._configs.get(keys)
+        if cfg is None:
+            if not self._param_bits:
+                cfg = self.config
+            else:
+                ids = {k: i for i, k in self._param_keys.items()}
+                bits = max((self._param_bits.get(ids.get(k), self.config.bits) for k in keys),
+                           default=self.config.bits)
+                cfg = self.config if bits == self.config.bits else QSGDConfig.from_bits(
+                    bits, bucket_size=self.config.bucket_size, norm=self.config.norm,
+                    codec=self.config.codec)
+            self._configs[keys] = cfg
+        return cfg
+
+    def plan(self, layout: BucketLayout, warmup: bool = False, config: QSGDConfig | None = None) -> WirePlan:
+        """The wire plan of a bucket with ``layout`` on this state's group (cached), at
+        ``config`` (default: the state's).
 
         For the elias codec the payload sizes are unknown until encoded: the plan's payload
         collectives have ``exact=False`` and the hook checks their names and types only.
         """
-        key = (layout, warmup)
+        config = self.config if config is None else config
+        key = (layout, warmup, config)
         plan = self._plans.get(key)
         if plan is None:
             if warmup:
                 plan = wire_plan("fp32", BucketLayout((layout.numel,), (True,), layout.element_size),
                                  self.world_size)
             else:
-                plan = wire_plan(self.transport, layout, self.world_size, self.config,
-                                 payload_bytes=0 if self.config.codec != "packed" else None)
+                plan = wire_plan(self.transport, layout, self.world_size, config,
+                                 payload_bytes=0 if config.codec != "packed" else None)
             self._plans[key] = plan
         return plan
 
@@ -279,6 +316,33 @@ class QSGDState:
         self.step = step.index + 1
 
 
+def _check_policy(policy, model) -> tuple[dict, dict]:
+    """``(policy, {id(parameter): bits})`` after checking names and widths against ``model``."""
+    if policy is None:
+        return {}, {}
+    if not isinstance(policy, dict):
+        raise ConfigError(f"bit_policy: expected a dict of parameter name -> bits, got {type(policy).__name__}")
+    if model is None or not hasattr(model, "named_parameters"):
+        raise ConfigError(f"model: a bit_policy needs the module DDP wraps (its parameter names), got {model!r}")
+    params = dict(model.named_parameters())
+    out = {}
+    for name, bits in policy.items():
+        if name not in params:
+            raise ConfigError(f"bit_policy: {name!r} is not a parameter of the model")
+        if not is_int(bits) or not 2 <= bits <= 16:
+            raise ConfigError(f"bit_policy[{name!r}]: expected an int in [2, 16], got {bits!r}")
+        out[id(params[name])] = bits
+    return dict(sorted(policy.items())), out
+
+
+def _policy_digest(policy: dict) -> str:
+    """A short digest of the bit policy: a ResNet's names would overflow the fingerprint buffer."""
+    if not policy:
+        return "none"
+    text = json.dumps(sorted(policy.items())).encode()
+    return f"{len(policy)} params, sha256 {hashlib.sha256(text).hexdigest()[:16]}"
+
+
 def _compare_prints(mine: dict, prints: list, rank: int) -> None:
     for r, theirs in enumerate(prints):
         for key in sorted(set(mine) | set(theirs)):
@@ -353,7 +417,7 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
         state._start_check()
     cruns, ridx, ckeys, cnumels, layout = _layout(state, bucket)
     warm = step.index < state.warmup_steps
-    plan = state.plan(layout, warm)
+    plan = state.plan(layout, warm, state.bucket_config(ckeys))
     index = bucket.index()
     record = {"bucket": index, "called": t_enter}
     step.stats.timeline.append(record)

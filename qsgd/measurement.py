@@ -13,6 +13,12 @@ on CPU from ``time.perf_counter``.
 The paper's rule (Alistarh et al. 2017, Section 5): parameters with fewer than ``min_numel``
 elements are sent as fp32; the rest of a bucket is one QSGD payload. Quantization streams are
 ``(seed, rank=0, step=iteration, bucket=index)``, so a trace is reproducible up to its timings.
+
+With ``variance_bits``, each bucket's real gradient is also quantized ``variance_samples``
+times at every candidate width (:func:`qsgd.variance_ratios`, streams ``(seed + 1, 0,
+iteration, sample)``, apart from the codec pass's) and the measured ratio
+``E||Q(v)-v||^2 / ||v||^2``, its Lemma 3.1 bound and the squared norms go into
+``buckets[i].variance`` (means over the recorded iterations), per bucket and per parameter.
 """
 from __future__ import annotations
 
@@ -32,6 +38,8 @@ from qsgd.host import measure_host
 from qsgd.errors import ConfigError
 from qsgd.models import build_model, forward_flops, model_name
 from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
+from qsgd.tracevariance import BucketVariance, ParamVariance
+from qsgd.variance import DEFAULT_BITS, variance_ratios
 from ._checks import is_int
 
 #: bucket order -> how :func:`ddp_buckets` is called (see :mod:`qsgd.buckets`).
@@ -115,6 +123,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
             bucket_cap_bytes: int = DEFAULT_BUCKET_CAP_BYTES,
             first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES, bucket_order: str = "ready",
             warmup: int = 1, input_shape: tuple[int, ...] | None = None, lr: float = 0.01,
+            variance_bits: tuple[int, ...] = DEFAULT_BITS, variance_samples: int = 2,
             progress: Callable[[str], None] | None = None) -> PayloadTrace:
     """Run real training steps of ``model`` and record QSGD payloads and timings per DDP bucket.
 
@@ -149,6 +158,11 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         One sample's shape, for a model without ``example_input``.
     lr : float
         SGD learning rate of the steps (momentum 0.9).
+    variance_bits : tuple of int
+        Widths (2..16) whose quantization variance is measured per bucket and parameter
+        (``buckets[i].variance``); empty: none.
+    variance_samples : int
+        Quantizations averaged per width and iteration.
     progress : callable, optional
         Called with a one-line message after each iteration.
 
@@ -176,6 +190,13 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     _check_int("min_numel", min_numel, 0)
     _check_int("seed", seed, 0)
     _check_int("warmup", warmup, 1 if bucket_order == "ready" else 0)
+    _check_int("variance_samples", variance_samples, 1)
+    variance_bits = tuple(variance_bits)
+    for b in variance_bits:
+        if not is_int(b) or not 2 <= b <= 16:
+            raise ConfigError(f"variance_bits: each width must be an int in [2, 16], got {b!r}")
+    if len(set(variance_bits)) != len(variance_bits):
+        raise ConfigError(f"variance_bits: widths must be distinct, got {list(variance_bits)}")
     if bucket_order not in BUCKET_ORDERS:
         raise ConfigError(f"bucket_order must be one of {sorted(BUCKET_ORDERS)}, got {bucket_order!r}")
     dev = resolve_device(device)
@@ -220,6 +241,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         if bucket_order != "ready":
             buckets = ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, **BUCKET_ORDERS[bucket_order])
         records: list[TraceIteration] = []
+        sums: dict[int, dict] = {}
         for it in range(warmup + iterations):
             recorded = it >= warmup
             step = _train_step(model, optimizer, batch_size, input_shape, generator, dev, clock, marks, order)
@@ -227,6 +249,9 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
                 buckets = ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, ready_order=list(order))
             timings = _codec_pass(model, buckets, cfg, min_numel, seed, it - warmup if recorded else 0,
                                   clock, step)
+            if recorded and variance_bits:
+                _variance_pass(model, buckets, cfg, min_numel, seed, it - warmup, variance_bits,
+                               variance_samples, sums)
             if recorded:
                 forward_s, backward_s, optimizer_s, _ = step
                 records.append(TraceIteration(it - warmup, forward_s, backward_s, optimizer_s, tuple(timings)))
@@ -253,7 +278,10 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         device_name=device_name(dev), torch_version=torch.__version__, batch_size=batch_size,
         input_shape=input_shape, config=cfg, min_numel=min_numel, bucket_cap_bytes=bucket_cap_bytes,
         first_bucket_bytes=first_bucket_bytes, seed=seed,
-        buckets=tuple(TraceBucket(b.index, b.numel, b.names, *b.split(min_numel)) for b in buckets),
+        buckets=tuple(TraceBucket(b.index, b.numel, b.names, *b.split(min_numel),
+                                  variance=_variance_record(sums.get(b.index), variance_bits,
+                                                            variance_samples, iterations))
+                      for b in buckets),
         iterations=tuple(records), bucket_assignment=bucket_order, extra=extra,
     )
 
@@ -313,3 +341,50 @@ def _codec_pass(model, buckets, cfg, min_numel, seed, step, clock, train_step) -
             extra["rel_error"] = float((decoded.float() - flat.float()).norm()) / norm if norm > 0 else 0.0
         out.append(BucketTiming(b.index, ready_s, payload_bytes, FP32_BYTES * raw, encode_s, decode_s, extra))
     return out
+
+
+@torch.no_grad()
+def _variance_pass(model, buckets, cfg, min_numel, seed, step, bits, samples, sums: dict) -> None:
+    """Add one iteration's squared norms and quantization errors per bucket and width to ``sums``."""
+    grads = {n: p.grad for n, p in model.named_parameters() if p.requires_grad and p.grad is not None}
+
+    def norm_sq(names):
+        return sum(float(grads[n].double().square().sum()) for n in names if n in grads)
+
+    for b in buckets:
+        acc = sums.setdefault(b.index, {"norm_sq": 0.0, "raw_norm_sq": 0.0, "err": None, "bound": None,
+                                        "params": {}})
+        acc["raw_norm_sq"] += norm_sq(b.raw_names(min_numel))
+        names = b.compressed_names(min_numel)
+        if not names:
+            continue
+        parts = [grads[n].reshape(-1) if n in grads else torch.zeros(k, device=next(model.parameters()).device)
+                 for n, k in zip(b.names, b.numels) if n in names]
+        flat = torch.cat(parts).cpu()
+        got = variance_ratios(flat, cfg, bits, samples=samples, seed=seed + 1, step=step,
+                              segments=[t.numel() for t in parts])
+        acc["norm_sq"] += float(flat.double().square().sum())
+        err = [sum(got[w].segments) for w in bits]
+        acc["err"] = err if acc["err"] is None else [a + e for a, e in zip(acc["err"], err)]
+        acc["bound"] = [got[w].bound for w in bits]
+        for j, (n, t) in enumerate(zip(names, parts)):
+            p = acc["params"].setdefault(n, {"norm_sq": 0.0, "err": [0.0] * len(bits)})
+            p["norm_sq"] += float(t.double().square().sum())
+            p["err"] = [a + got[w].segments[j] for a, w in zip(p["err"], bits)]
+
+
+def _variance_record(acc, bits, samples, iterations) -> BucketVariance | None:
+    """Means over ``iterations`` of :func:`_variance_pass`'s sums; ratios of the summed errors
+    to the summed squared norms (an iteration with a larger gradient weighs more, as in
+    the whole-run variance)."""
+    if acc is None or not bits:
+        return None
+
+    def ratios(err, norm):
+        return tuple(e / norm if norm > 0 else 0.0 for e in err) if err is not None else (0.0,) * len(bits)
+
+    params = tuple(ParamVariance(n, p["norm_sq"] / iterations, ratios(p["err"], p["norm_sq"]))
+                   for n, p in acc["params"].items())
+    bound = tuple(acc["bound"]) if acc["bound"] is not None else (0.0,) * len(bits)
+    return BucketVariance(tuple(bits), samples, acc["norm_sq"] / iterations, acc["raw_norm_sq"] / iterations,
+                          ratios(acc["err"], acc["norm_sq"]), bound, params)

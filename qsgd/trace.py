@@ -1,7 +1,8 @@
 """PayloadTrace: what QSGD really sent, per DDP bucket and iteration, for a real model.
 
 Written by :func:`qsgd.measure` (``qsgd-emu measure``), read by the emulator's replay. The file is
-JSON, ``"format": "qsgd-payload-trace"``, version 1, documented in ``docs/formats.md``. Loading
+JSON, ``"format": "qsgd-payload-trace"``, version 2 (version 1, without the per-bucket
+``variance`` records of :mod:`qsgd.tracevariance`, is still read), documented in ``docs/formats.md``. Loading
 validates every field and raises :class:`qsgd.TraceError` naming its JSON path
 (``iterations[3].buckets[0].payload_bytes``) and the bad value; unknown extra fields are kept in
 ``extra`` and written back unchanged.
@@ -19,10 +20,13 @@ from typing import Mapping
 
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, TraceError
+from qsgd.tracevariance import BucketVariance
 from ._checks import is_int, is_number
 
 FORMAT = "qsgd-payload-trace"
-VERSION = 1
+VERSION = 2
+#: versions :meth:`PayloadTrace.load` reads (1: no ``buckets[i].variance``)
+READ_VERSIONS = (1, 2)
 #: bytes per uncompressed gradient element (fp32).
 FP32_BYTES = 4
 #: which DDP bucket assignment a trace follows (see :mod:`qsgd.buckets`): ``"ready"``, DDP's
@@ -97,6 +101,8 @@ class TraceBucket:
     compressed_numel, raw_numel : int
         Elements sent as one QSGD payload, and elements of parameters below ``min_numel``
         sent as fp32; they sum to ``numel``.
+    variance : BucketVariance or None
+        Measured quantization variance per bit width (version 2; None when not measured).
     """
 
     index: int
@@ -105,8 +111,9 @@ class TraceBucket:
     compressed_numel: int
     raw_numel: int
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+    variance: BucketVariance | None = None
 
-    _KEYS = ("index", "numel", "params", "compressed_numel", "raw_numel")
+    _KEYS = ("index", "numel", "params", "compressed_numel", "raw_numel", "variance")
 
     @property
     def fp32_bytes(self) -> int:
@@ -114,8 +121,11 @@ class TraceBucket:
         return FP32_BYTES * self.numel
 
     def to_dict(self) -> dict:
-        return {**self.extra, "index": self.index, "numel": self.numel, "params": list(self.params),
-                "compressed_numel": self.compressed_numel, "raw_numel": self.raw_numel}
+        d = {**self.extra, "index": self.index, "numel": self.numel, "params": list(self.params),
+             "compressed_numel": self.compressed_numel, "raw_numel": self.raw_numel}
+        if self.variance is not None:
+            d["variance"] = self.variance.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d, path: str = "bucket") -> "TraceBucket":
@@ -130,7 +140,13 @@ class TraceBucket:
         if comp + raw != numel:
             raise TraceError(f"{path}.compressed_numel + raw_numel must equal numel={numel}, "
                              f"got {comp} + {raw} = {comp + raw}")
-        return cls(_int(d, "index", path), numel, tuple(params), comp, raw, _extra(d, cls._KEYS))
+        variance = None
+        if d.get("variance") is not None:
+            variance = BucketVariance.from_dict(d["variance"], f"{path}.variance")
+            names = [p.name for p in variance.params]
+            if any(n not in params for n in names):
+                raise TraceError(f"{path}.variance.params names {names!r}, not all in {path}.params")
+        return cls(_int(d, "index", path), numel, tuple(params), comp, raw, _extra(d, cls._KEYS), variance)
 
 
 @dataclass(frozen=True)
@@ -394,8 +410,8 @@ def _parse(d) -> dict:
     if fmt != FORMAT:
         raise TraceError(f"format must be {FORMAT!r}, got {fmt!r}")
     version = _get(d, "version", "")
-    if version != VERSION or not is_int(version):
-        raise TraceError(f"version must be {VERSION}, got {version!r}")
+    if not is_int(version) or version not in READ_VERSIONS:
+        raise TraceError(f"version must be one of {list(READ_VERSIONS)}, got {version!r}")
     shape = _list(d, "input_shape", "")
     for j, n in enumerate(shape):
         if not is_int(n) or n < 1:
@@ -407,6 +423,8 @@ def _parse(d) -> dict:
 
     buckets = tuple(TraceBucket.from_dict(b, f"buckets[{i}]")
                     for i, b in enumerate(_list(d, "buckets", "")))
+    if version == 1 and any(b.variance is not None for b in buckets):
+        raise TraceError("buckets[*].variance needs version 2, got version 1")
     seen: dict[str, int] = {}
     for i, b in enumerate(buckets):
         if b.index != i:

@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "measure": ("qsgd_emu.commands.measure", "measure real QSGD payloads of a real model into a PayloadTrace"),
     "simulate": ("qsgd_emu.commands.simulate", "simulate one collective (or a size sweep) over a topology"),
     "study": ("qsgd_emu.commands.study", "what-if sweep over world sizes x bits x transports x topologies"),
+    "recommend": ("qsgd_emu.commands.recommend", "recommend QSGD widths per layer group under a variance budget"),
     "validate": ("qsgd_emu.commands.validate", "measure real collectives, calibrate, compare with predictions"),
     "train": ("qsgd_emu.commands.train", "train a real model with DDP and a compression hook"),
     "dashboard": ("qsgd_emu.commands.dashboard", "serve the Dash dashboard"),

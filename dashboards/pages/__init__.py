@@ -7,8 +7,8 @@ the tests call directly.
 """
 from __future__ import annotations
 
-from dashboards.pages import live, topology, validation, whatif
+from dashboards.pages import live, recommend, topology, validation, whatif
 
-PAGES = (whatif, topology, live, validation)
+PAGES = (whatif, topology, live, validation, recommend)
 
 __all__ = ["PAGES"]

@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "reverse: reverse registration order; find_unused: DDP with "
                              "find_unused_parameters=True")
     parser.add_argument("--seed", type=int, default=0, help="seed of model init, data and quantization")
+    parser.add_argument("--variance-bits", default="2,3,4,5,6,8", metavar="B1,B2,...",
+                        help="widths whose quantization variance is measured per bucket and parameter "
+                             "(for qsgd-emu recommend); 'none' to skip")
+    parser.add_argument("--variance-samples", type=int, default=2,
+                        help="quantizations averaged per width and iteration")
     parser.add_argument("--out", metavar="PATH", type=output_file,
                         help="write the PayloadTrace JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
@@ -65,6 +70,15 @@ def _shape(text: str | None):
     if not shape or min(shape) < 1:
         raise ValueError(f"--input-shape: expected positive integers like 3,224,224, got {text!r}")
     return shape
+
+
+def _widths(text: str) -> tuple[int, ...]:
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        return tuple(int(v) for v in text.split(","))
+    except ValueError:
+        raise ValueError(f"--variance-bits: expected integers like 2,4,8 or 'none', got {text!r}") from None
 
 
 def bucket_rows(trace) -> list[dict]:
@@ -124,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         args.model, cfg, iterations=args.iterations, batch_size=batch, device=args.device,
         min_numel=args.min_numel, seed=args.seed, bucket_cap_bytes=topologies.parse_bytes(args.bucket_cap),
         first_bucket_bytes=topologies.parse_bytes(args.first_bucket), bucket_order=args.bucket_order,
-        warmup=args.warmup, input_shape=_shape(args.input_shape), progress=progress)
+        warmup=args.warmup, input_shape=_shape(args.input_shape), variance_bits=_widths(args.variance_bits),
+        variance_samples=args.variance_samples, progress=progress)
     if args.out:
         trace.save(args.out)
     rows = bucket_rows(trace)

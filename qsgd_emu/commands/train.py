@@ -43,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         choices=["allgather", "scatter_reduce_allgather"],
                         help="how the QSGD hook moves payloads: all-gather every payload, or "
                              "scatter chunks to owners that reduce and re-quantize, then all-gather")
+    parser.add_argument("--bit-policy", metavar="PATH",
+                        help="QSGD width per parameter: a JSON object name -> bits, or the --out file "
+                             "of qsgd-emu recommend (its first recommendation's policy)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
+                        help="DDP bucket cap, MiB (a bit policy acts per bucket)")
     parser.add_argument("--epochs", type=int, default=5, help="passes over the training set")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per step")
     parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
@@ -84,6 +89,23 @@ def _hidden(text: str) -> tuple[int, ...]:
     return widths
 
 
+def read_policy(path: str | None) -> tuple:
+    """``(name, bits)`` pairs of a ``--bit-policy`` file (empty without one)."""
+    if path is None:
+        return ()
+    with open(path, encoding="utf-8") as fh:
+        try:
+            doc = json.load(fh)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"--bit-policy {path}: not JSON: {exc}") from None
+    if isinstance(doc, dict) and "recommendations" in doc:
+        recs = doc["recommendations"]
+        doc = recs[0].get("policy") if isinstance(recs, list) and recs and isinstance(recs[0], dict) else None
+    if not isinstance(doc, dict) or not all(isinstance(k, str) and isinstance(v, int) for k, v in doc.items()):
+        raise ValueError(f"--bit-policy {path}: expected a JSON object of parameter name -> bits")
+    return tuple(sorted(doc.items()))
+
+
 def config_from_args(args):
     from testbench.training.loop import TrainConfig
 
@@ -93,7 +115,8 @@ def config_from_args(args):
                        eval_every=args.eval_every, hidden=_hidden(args.hidden),
                        bucket_size=args.bucket_size, codec=args.codec, min_numel=args.min_numel,
                        warmup_steps=args.warmup_steps, error_feedback=args.error_feedback,
-                       powersgd_rank=args.powersgd_rank, timeout_s=args.timeout_s, name=args.name)
+                       powersgd_rank=args.powersgd_rank, timeout_s=args.timeout_s, name=args.name,
+                       bit_policy=read_policy(args.bit_policy), bucket_cap_mb=args.bucket_cap_mb)
 
 
 def _rank_main(rank: int, world: int, cfg, store_path, run_id, topology):

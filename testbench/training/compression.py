@@ -93,7 +93,9 @@ def _qsgd(ddp, cfg, world_size) -> Compression:
     qcfg = qsgd.QSGDConfig.from_bits(cfg.bits, bucket_size=cfg.bucket_size, codec=cfg.codec)
     state = qsgd.QSGDState(qcfg, transport=cfg.transport, min_numel=cfg.min_numel,
                            warmup_steps=cfg.warmup_steps, error_feedback=cfg.error_feedback,
-                           seed=cfg.seed, timeout_s=cfg.timeout_s)
+                           seed=cfg.seed, timeout_s=cfg.timeout_s,
+                           bit_policy=dict(cfg.bit_policy) or None,
+                           model=ddp.module if cfg.bit_policy else None)
     ddp.register_comm_hook(state, qsgd.qsgd_hook)
     # The hook advances its step after the last bucket; these read the step just finished.
     return Compression("qsgd", state, lambda step: int(state.last_stats["bytes_sent"]),

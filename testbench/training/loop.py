@@ -50,6 +50,11 @@ class TrainConfig:
         Also evaluate every this many steps (0: only at the end of each epoch).
     hidden : tuple of int
         MLP hidden widths.
+    bit_policy : tuple of (str, int)
+        QSGD width per parameter name (``QSGDState(bit_policy=...)``, e.g. from ``qsgd-emu
+        recommend``); empty: every parameter at ``bits``.
+    bucket_cap_mb : float
+        DDP's bucket cap (MiB); per-parameter widths act per bucket.
     """
 
     model: str = "mlp"
@@ -72,6 +77,8 @@ class TrainConfig:
     powersgd_rank: int = 2
     timeout_s: float = 120.0
     name: str = ""
+    bit_policy: tuple = ()
+    bucket_cap_mb: float = 25.0
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSIONS:
@@ -104,6 +111,13 @@ class TrainConfig:
             raise ValueError(f"{'lr' if self.lr == 0 else 'timeout_s'}: must be > 0")
         if not all(isinstance(h, int) and h > 0 for h in self.hidden):
             raise ValueError(f"hidden: expected positive ints, got {self.hidden!r}")
+        if not isinstance(self.bit_policy, tuple) or not all(
+                isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str) and is_int(e[1])
+                and 2 <= e[1] <= 16 for e in self.bit_policy):
+            raise ValueError(f"bit_policy: expected a tuple of (parameter name, bits 2..16) pairs, "
+                             f"got {self.bit_policy!r}")
+        if not is_number(self.bucket_cap_mb) or not math.isfinite(self.bucket_cap_mb) or self.bucket_cap_mb <= 0:
+            raise ValueError(f"bucket_cap_mb: expected a finite number > 0, got {self.bucket_cap_mb!r}")
 
     def label(self) -> str:
         if self.name:
@@ -173,7 +187,8 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
             if dist.get_backend() == "nccl" else torch.device("cpu")
     data = load_dataset(cfg.dataset, cfg.seed)
     model = build(cfg, data.n_features, data.n_classes).to(device)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
+              bucket_cap_mb=cfg.bucket_cap_mb)
     comp = COMPRESSIONS[cfg.compression](ddp, cfg, world)
     opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     start_step = 0

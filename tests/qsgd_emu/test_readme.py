@@ -25,6 +25,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SMALL = {
     "measure": ["--model", "mlp", "--iterations", "1", "--batch-size", "2", "--device", "cpu"],
     "study": ["--world-sizes", "8,16"],
+    "recommend": ["--world-sizes", "8", "--transports", "qsgd_allgather", "--bits", "2,4,8"],
     "train": ["--epochs", "1", "--spawn", "2"],
     "simulate --topology ring:8 --min-bytes": ["--max-bytes", "1M"],
     "bench qsgd": ["--numel", "65536", "--repeats", "1"],

@@ -229,3 +229,20 @@ def test_bad_options_fail_with_one_line_and_exit_2(tmp_path, options, needle):
     # nothing was started: no run in the store
     if store.exists():
         assert RunStore(store).list_runs() == []
+
+
+def test_a_bit_policy_sizes_each_bucket_by_its_width(train, tmp_path_factory):
+    # DDP buckets of 0.05 MiB put the two compressed weights in different buckets after its
+    # rebuild; the policy gives them 2 and 8 bits, so each step sends both payload sizes
+    path = tmp_path_factory.mktemp("policy") / "rec.json"
+    path.write_text(json.dumps({"recommendations": [{"policy": {"layers.0.weight": 2,
+                                                                 "layers.2.weight": 8}}]}))
+    summary, run, steps = train("--compression", "qsgd", "--transport", "allgather",
+                                "--bit-policy", str(path), "--bucket-cap-mb", "0.05")
+    assert dict(map(tuple, summary["config"]["bit_policy"])) == {"layers.0.weight": 2, "layers.2.weight": 8}
+    want = (P - 1) * (qsgd.payload_nbytes(16_384, qsgd.QSGDConfig.from_bits(2))
+                      + qsgd.payload_nbytes(32_768, qsgd.QSGDConfig.from_bits(8))) + RAW_BYTES
+    # the first step runs DDP's construction-time buckets; from the second on, the rebuilt ones
+    assert set(bytes_per_step(steps)[1:]) == {want}
+    code, _, err = _main(["train", "--bit-policy", str(path.parent / "missing.json"), "--no-store"])
+    assert code == 2 and "missing.json" in err

@@ -1,0 +1,141 @@
+"""``qsgd-emu recommend``: the fastest QSGD widths per layer group (DDP bucket) under a budget.
+
+Example::
+
+    qsgd-emu recommend --trace trace.json --topology 'cluster:dgx_a100x{N}' --world-sizes 64,512 \\
+        --device A100 --variance-as-bits 4 [--max-variance 0.05 | --max-bits-per-element 3.5] \\
+        [--transports qsgd_allgather] [--bits 2,3,4,8] [--json] [--out rec.json]
+
+For each world size: the recommended transport and widths, ready to paste into ``QSGDState``,
+its predicted iteration time, speedup over fp32 and fp16 and variance increase, how many
+candidates were predicted, and the Pareto front of speedup against variance increase with the
+uniform-width configurations marked (``U``). The trace needs variance records
+(``qsgd-emu measure`` writes them); ``--model`` measures one first.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from qsgd_emu.commands.study import _ints, _names
+from qsgd_emu.outputs import output_file
+
+TRANSPORTS = ("qsgd_allgather", "qsgd_scatter_reduce_allgather")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    src = parser.add_mutually_exclusive_group(required=True)
+    src.add_argument("--trace", metavar="PATH", help="a PayloadTrace with variance records (qsgd-emu measure)")
+    src.add_argument("--model", help="measure this model first (name or pkg.mod:Class)")
+    parser.add_argument("--batch-size", type=int,
+                        help="samples per iteration when measuring (default: 32 on CUDA, 2 on CPU)")
+    parser.add_argument("--iterations", type=int, default=2, help="measured iterations")
+    parser.add_argument("--topology", default="cluster:dgx_a100x{N}", metavar="SPEC",
+                        help="topology spec; {N} = machines for the world size, {n} = GPUs")
+    parser.add_argument("--world-sizes", type=_ints("world-sizes"), default="64",
+                        help="comma-separated GPU counts")
+    budget = parser.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--max-variance", type=float, metavar="V",
+                        help="largest relative increase of the whole-model gradient variance")
+    budget.add_argument("--variance-as-bits", type=int, metavar="B",
+                        help="the variance budget of uniform B-bit QSGD all-gather at each world size")
+    budget.add_argument("--max-bits-per-element", type=float, metavar="B",
+                        help="largest mean bits per compressed element")
+    parser.add_argument("--transports", type=_names, default=",".join(TRANSPORTS),
+                        help="comma-separated compressed transports allowed")
+    parser.add_argument("--bits", type=_ints("bits"),
+                        help="comma-separated widths allowed (default: all the trace measured)")
+    parser.add_argument("--device", default="measured",
+                        help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
+    parser.add_argument("--exhaustive", action="store_true",
+                        help="evaluate every combination instead of the greedy search (small cases)")
+    parser.add_argument("--out", metavar="PATH", type=output_file,
+                        help="write the recommendations as JSON here (folders are created)")
+    parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")
+
+
+def _budget(args, trace, world_size: int):
+    import emulator
+
+    if args.max_variance is not None:
+        return emulator.Budget(variance=args.max_variance)
+    if args.max_bits_per_element is not None:
+        return emulator.Budget(bits_per_element=args.max_bits_per_element)
+    b = args.variance_as_bits
+    vm = emulator.VarianceModel(trace)
+    if b not in vm.widths:
+        raise ValueError(f"--variance-as-bits {b!r}: the trace has variance at bits {list(vm.widths)}")
+    return emulator.Budget(variance=vm.increase((b,) * trace.num_buckets, "qsgd_allgather", world_size))
+
+
+#: front rows printed (the uniform and recommended points always, others evenly spaced)
+MAX_ROWS = 24
+
+
+def _thin(front, best) -> list:
+    if len(front) <= MAX_ROWS:
+        return list(front)
+    keep = {i for i, c in enumerate(front) if c.uniform or c == best}
+    rest = [i for i in range(len(front)) if i not in keep]
+    room = max(0, MAX_ROWS - len(keep))
+    keep |= {rest[round(j * (len(rest) - 1) / max(room - 1, 1))] for j in range(room)} if room else set()
+    return [front[i] for i in sorted(keep)][:max(MAX_ROWS, len(keep))]
+
+
+def format_text(rec) -> str:
+    b = rec.best
+    lines = [
+        f"{rec.topology} at {rec.world_size} GPUs, budget {rec.budget.describe()}: "
+        f"{rec.evaluated} candidates predicted ({rec.method}) in {rec.search_s:.1f} s",
+        f"  recommended: {b.transport}, widths per bucket {list(b.bits)} "
+        f"({b.bits_per_element:.2f} bits/element), variance increase {b.variance:.4g}",
+        f"  iteration {b.iteration_s * 1e3:.2f} ms; fp32 {rec.fp32_s * 1e3:.2f} ms "
+        f"(speedup {rec.speedup_fp32:.2f}x), fp16 {rec.fp16_s * 1e3:.2f} ms (speedup {rec.speedup_fp16:.2f}x)",
+        f"  {rec.state_snippet()}",
+        *([f"  note: {rec.note}"] if rec.note else []),
+        *[f"  skipped {t}: {why}" for t, why in rec.extra.get("skipped_transports", {}).items()],
+        f"  Pareto front (U = uniform widths; {len(rec.front)} points"
+        f"{f', {MAX_ROWS} shown, --json has all' if len(rec.front) > MAX_ROWS else ''}):",
+        "     iter ms  speedup  variance  bits/el  transport                      widths",
+    ]
+    for c in _thin(rec.front, rec.best):
+        lines.append(f"  {'U' if c.uniform else ' '} {c.iteration_s * 1e3:8.2f}  {rec.fp32_s / c.iteration_s:6.2f}x  "
+                     f"{c.variance:8.4g}  {c.bits_per_element:7.2f}  {c.transport:<29}  {list(c.bits)}")
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    import emulator
+    import qsgd
+
+    if args.trace:
+        trace = qsgd.PayloadTrace.load(args.trace)
+    else:
+        from qsgd_emu.commands.study import measure_trace
+        trace = measure_trace(args.model, 4, args.batch_size, args.iterations)
+    compute = emulator.ComputeModel.for_device(args.device, trace)
+    out = []
+    for w in args.world_sizes:
+        G = emulator.topology_for(args.topology, w)
+        progress = None if args.json else (lambda msg, w=w: print(f"  {w} GPUs: {msg}", file=sys.stderr,
+                                                                   flush=True))
+        rec = emulator.recommend(trace, G, world_size=w, budget=_budget(args, trace, w),
+                                 transports=args.transports, bits=args.bits, compute=compute,
+                                 exhaustive=args.exhaustive, progress=progress)
+        out.append(rec)
+        if not args.json:
+            print(format_text(rec), flush=True)
+    doc = {"model": trace.model, "topology": args.topology, "device": args.device,
+           "recommendations": [r.to_dict() for r in out]}
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.write("\n")
+        if not args.json:
+            print(f"wrote {args.out}")
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    return 0
