@@ -230,6 +230,10 @@ def pareto_front(cands) -> tuple[Candidate, ...]:
 
 
 # ---------------------------------------------------------------- the search
+#: Wall seconds after which one step of the search is reported on its own.
+PROGRESS_EVERY_S = 1.0
+
+
 class _Evaluator:
     """Replays candidates once each (memoized by transport and widths)."""
 
@@ -241,13 +245,17 @@ class _Evaluator:
         key = (transport, bits)
         got = self.seen.get(key)
         if got is None:
+            t0 = time.perf_counter()
             pred = replay(self.trace, None, transport=transport, compute=self.compute, network=self.net,
                           bits=bits)
             got = self.seen[key] = Candidate(transport, bits, pred.iteration_s,
                                              self.vm.increase(bits, transport, self.net.world_size),
                                              self.vm.bits_per_element(bits))
-            if self.progress is not None and len(self.seen) % 25 == 0:
-                self.progress(f"{len(self.seen)} candidates evaluated")
+            # every 25th, and every one that took long enough to leave the user wondering
+            slow = time.perf_counter() - t0 >= PROGRESS_EVERY_S
+            if self.progress is not None and (slow or len(self.seen) % 25 == 0):
+                self.progress(f"{len(self.seen)} candidates evaluated; last {transport} "
+                              f"{list(bits)} in {time.perf_counter() - t0:.1f} s")
         return got
 
 
@@ -368,7 +376,10 @@ def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
     if not widths:
         raise ConfigError("bits must not be empty")
     compute = ComputeModel() if compute is None else compute
-    net = network if network is not None else Network(G, world_size)
+    net = network if network is not None else Network(
+        G, world_size, on_simulated=None if progress is None else (
+            lambda op, nbytes, wall_s: wall_s >= PROGRESS_EVERY_S and progress(
+                f"simulated a {op} of {nbytes:,} B on {world_size} GPUs in {wall_s:.1f} s")))
     p = net.world_size
     ev = _Evaluator(trace, net, compute, vm, progress)
     groups = vm.groups

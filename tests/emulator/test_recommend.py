@@ -145,3 +145,19 @@ def test_a_transport_that_cannot_meet_the_budget_is_skipped(trace, net):
                              compute=COMPUTE)
     assert "qsgd_scatter_reduce_allgather" in rec.extra["skipped_transports"]
     assert all(c.transport == "qsgd_allgather" for c in rec.front + rec.uniform)
+
+
+def test_a_long_search_says_how_far_it_has_come(trace, monkeypatch):
+    """Every 25th candidate, and any step slower than PROGRESS_EVERY_S (here: all of them),
+    including the collectives the search simulates on a Network of its own."""
+    import sys
+
+    monkeypatch.setattr(sys.modules["emulator.recommend"], "PROGRESS_EVERY_S", 0.0)
+    heard: list[str] = []
+    G = topologies.from_spec("switch:4,bw=100Mbit")
+    got = emulator.recommend(trace, G, world_size=4,
+                             budget=emulator.Budget(bits_per_element=4.0), compute=COMPUTE,
+                             transports=("qsgd_allgather",), progress=heard.append)
+    evaluated = [t for t in heard if "candidates evaluated; last qsgd_allgather [" in t]
+    assert len(evaluated) >= got.evaluated - 2          # fp32 and fp16 are not candidates
+    assert any(t.startswith("simulated a ") and " on 4 GPUs in " in t for t in heard)
