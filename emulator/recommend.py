@@ -37,7 +37,7 @@ from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import Network
 from emulator.replaying import TRANSPORTS, replay
-from ._checks import is_int, is_number
+from ._checks import is_number
 
 #: compressed transport -> factor on the per-rank variance ratio at ``p`` ranks (module docstring)
 VARIANCE_FACTORS: dict[str, Callable[[int], float]] = {
