@@ -364,21 +364,10 @@ def p2p_alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", t
     stays on one rail. Returns {(src, dst): transfer id}."""
     hops = _Hops(b, system, "Ring", proto, C.PROTOCOL_EFFICIENCY[proto] if eff is None else eff)
     out, rows = {}, []
-    k = min((len(n) for n in system.nics), default=0)
     for (x, y), nbytes in sorted(sizes.items()):
         if x == y:
             continue
-        hx, hy = system.node_of(x), system.node_of(y)
-        if hx != hy and k:
-            j = system.nodes[hy].index(y) % k
-            nic_x, nic_y = system.nics[hx][j], system.nics[hy][j]
-            proxy = system.near[nic_x][0]
-            via = ((system.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
-            stops = (system.gpu(x), *via, system.gpu(y))
-            flow = j
-        else:
-            stops, flow = (system.gpu(x), system.gpu(y)), 0
-        route, scale, wait, _ = hops(stops, flow)
+        route, scale, wait, _ = hops(*system.p2p_stops(x, y))
         deps = () if deps_of is None else tuple(deps_of(x))
         if any(np.size(d) != 1 for d in deps):
             raise ValueError("p2p_alltoall: deps_of must give one transfer id per dependency")

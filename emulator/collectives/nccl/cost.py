@@ -249,8 +249,6 @@ def nvls_tree_time(system: NcclSystem, rings: list, nbytes: int) -> float:
 
 def p2p_time(system: NcclSystem, sizes: dict, proto: str = "Simple") -> float:
     """All sends at once: the slowest ``wait + latency + wire bytes / shared rate``."""
-    from .builders import p2p_alltoall  # noqa: F401  (same routing rule)
-
     items = [(x, y, n) for (x, y), n in sorted(sizes.items()) if x != y]
     if not items:
         return 0.0
@@ -266,18 +264,6 @@ def p2p_time(system: NcclSystem, sizes: dict, proto: str = "Simple") -> float:
 def _p2p_facts(system: NcclSystem, items: list, proto: str) -> tuple:
     """Each send's (hop, wire scale, wait) and shared rate: they depend on which pairs send,
     not on how much."""
-    k = min((len(n) for n in system.nics), default=0)
-    facts = []
-    for x, y, _ in items:
-        hx, hy = system.node_of(x), system.node_of(y)
-        if hx != hy and k:
-            j = system.nodes[hy].index(y) % k
-            nic_x, nic_y = system.nics[hx][j], system.nics[hy][j]
-            proxy = system.near[nic_x][0]
-            via = ((system.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
-            facts.append(_facts(system, (system.gpu(x), *via, system.gpu(y)), j, "Ring", proto,
-                                C.PROTOCOL_EFFICIENCY[proto]))
-        else:
-            facts.append(_facts(system, (system.gpu(x), system.gpu(y)), 0, "Ring", proto,
-                                C.PROTOCOL_EFFICIENCY[proto]))
+    eff = C.PROTOCOL_EFFICIENCY[proto]
+    facts = [_facts(system, *system.p2p_stops(x, y), "Ring", proto, eff) for x, y, _ in items]
     return facts, _rates(system, [f[0] for f in facts])

@@ -196,6 +196,20 @@ class NcclSystem:
             return C.PCI_EFFICIENCY
         return 1.0
 
+    def p2p_stops(self, x: int, y: int) -> tuple:
+        """``(stops, flow)`` of a send from rank ``x`` to rank ``y`` as NCCL's p2p routes it:
+        inside a node directly; between nodes through the NIC of the destination's rail,
+        reached over NVLink first (PXN, NCCL 2.12+), so the network leg stays on one rail."""
+        hx, hy = self.node_of(x), self.node_of(y)
+        k = min((len(n) for n in self.nics), default=0)
+        if hx == hy or not k:
+            return (self.gpu(x), self.gpu(y)), 0
+        j = self.nodes[hy].index(y) % k
+        nic_x, nic_y = self.nics[hx][j], self.nics[hy][j]
+        proxy = self.near[nic_x][0]
+        via = ((self.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
+        return (self.gpu(x), *via, self.gpu(y)), j
+
     def hop(self, stops: tuple, flow: int = 0) -> "Hop":
         """Path facts of a hop through node ids ``stops`` (src, via..., dst)."""
         key = (tuple(stops), flow)
