@@ -161,16 +161,21 @@ def tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int, pro
             _tree_pass(b, tree, split(int(half), _chunks(int(half), proto)), hops, base)
 
 
-def _tree_pass(b: Builder, tree, sizes: np.ndarray, hops: _Hops, base: float) -> None:
-    c = len(sizes)
-    depth = {}
+def _top_down(tree) -> list:
+    """The tree's ranks, root first, then by depth (ties by rank)."""
+    depth: dict = {}
 
     def d(r):
         if r not in depth:
             depth[r] = 0 if tree.parent[r] < 0 else d(tree.parent[r]) + 1
         return depth[r]
 
-    order = sorted(tree.parent, key=lambda r: (d(r), r))
+    return sorted(tree.parent, key=lambda r: (d(r), r))
+
+
+def _tree_pass(b: Builder, tree, sizes: np.ndarray, hops: _Hops, base: float) -> None:
+    c = len(sizes)
+    order = _top_down(tree)
     up: dict = {}
 
     def edge(a, b_, stops_key):
@@ -315,14 +320,7 @@ def _rail_tree(system, tree, rail, nodes):
 
 def _tree_once(b, tree, nbytes, hops, rs, nodes, j, prev, key):
     """One chunk up and down a rail tree; returns {rank: arrival ids it waits for}."""
-    depth = {}
-
-    def d(r):
-        if r not in depth:
-            depth[r] = 0 if tree.parent[r] < 0 else d(tree.parent[r]) + 1
-        return depth[r]
-
-    order = sorted(tree.parent, key=lambda r: (d(r), r))
+    order = _top_down(tree)
     incoming = {r: [v for (x, y), v in rs.items() if y == r] for r in order}
     up = {}
     for x in reversed(order):
