@@ -339,17 +339,17 @@ def _worker(rank, world, port, outdir):
     os._exit(0)  # the groups are broken after the kills; skip their teardown
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
+def spawn_ranks(worker, world: int, outdir: str, timeout_s: float, extra: tuple = ()) -> list:
+    """Run ``worker(rank, *extra, port, outdir)`` in ``world`` spawned processes, kill what is
+    still alive after ``timeout_s`` seconds, and return each rank's pickled result dict."""
     from testbench.training.launch import free_port
 
-    outdir = str(tmp_path_factory.mktemp("hook"))
     ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, WORLD, port, outdir)) for r in range(WORLD)]
+    procs = [ctx.Process(target=worker, args=(r, *extra, port, outdir)) for r in range(world)]
     for p in procs:
         p.start()
-    deadline = time.monotonic() + 400
+    deadline = time.monotonic() + timeout_s
     for p in procs:
         p.join(timeout=max(1.0, deadline - time.monotonic()))
     for p in procs:
@@ -357,9 +357,16 @@ def ranks(tmp_path_factory):
             p.kill()
             p.join(5)
     results = []
-    for r in range(WORLD):
+    for r in range(world):
         with open(os.path.join(outdir, f"rank{r}.pkl"), "rb") as fh:
             results.append(pickle.load(fh))
+    return results
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    results = spawn_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("hook")), 400,
+                          extra=(WORLD,))
     for r, res in enumerate(results[:3]):
         assert "error" not in res, f"rank {r}: {res['error']}"
     return results

@@ -5,16 +5,14 @@ from __future__ import annotations
 
 import os
 import pickle
-import time
 import traceback
 from datetime import timedelta
 
 import pytest
 import torch
-import torch.multiprocessing as mp
 
 import qsgd
-from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step
+from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step, spawn_ranks
 
 WORLD = 2
 #: one width per layer of ``_deep`` (each layer its own bucket after DDP's rebuild)
@@ -66,24 +64,7 @@ def _worker(rank, port, outdir):
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    from testbench.training.launch import free_port
-
-    outdir = str(tmp_path_factory.mktemp("policy"))
-    ctx = mp.get_context("spawn")
-    port = free_port()
-    procs = [ctx.Process(target=_worker, args=(r, port, outdir)) for r in range(WORLD)]
-    for p in procs:
-        p.start()
-    deadline = time.monotonic() + 240
-    for p in procs:
-        p.join(timeout=max(1.0, deadline - time.monotonic()))
-        if p.is_alive():
-            p.kill()
-            p.join(5)
-    results = []
-    for r in range(WORLD):
-        with open(os.path.join(outdir, f"rank{r}.pkl"), "rb") as fh:
-            results.append(pickle.load(fh))
+    results = spawn_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("policy")), 240)
     for r, res in enumerate(results):
         assert "error" not in res, f"rank {r}: {res['error']}"
     return results
