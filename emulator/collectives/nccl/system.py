@@ -120,7 +120,14 @@ class NcclSystem:
         if bad:
             raise ConfigError(f"ranks {bad[:5]} are not in the graph {G.graph.get('name', '')!r} "
                               f"({len(gpus)} GPUs)")
-        groups = _group_by_node(G, gpus, ranks)
+        comp: dict = {}
+
+        def machines() -> dict:
+            if not comp:
+                comp.update(_machines(G))
+            return comp
+
+        groups = _group_by_node(G, gpus, ranks, machines)
         sms = [G.nodes[gpus[r]].get("sm") for r in ranks]
         sm = None if any(s is None for s in sms) else int(min(sms))
         router = topologies.Router(G)
@@ -141,10 +148,11 @@ class NcclSystem:
             intra_hw = "pci" if sm is None else "nvlink"
         nics, near = [], {}
         node_of = {}
+        nic_memo: dict = {}
         for i, grp in enumerate(groups):
             for r in grp:
                 node_of[r] = i
-            mine = _nics_of(G, gpus, grp)
+            mine = _nics_of(G, gpus, grp, machines, nic_memo)
             nics.append(tuple(mine))
             for n in mine:
                 near[n] = tuple(sorted(grp, key=lambda r: (router.latency(n, gpus[r]), r)))
@@ -255,14 +263,9 @@ def _over(G, router, a, b, classes) -> bool:
     return all(_link_class(G.edges[u, v]) in classes for u, v in router.channels(a, b))
 
 
-def _group_by_node(G, gpus, ranks) -> list:
-    hosts = [G.nodes[gpus[r]].get("host") for r in ranks]
-    if all(h is not None for h in hosts):
-        groups: dict = {}
-        for r, h in zip(ranks, hosts):
-            groups.setdefault(h, []).append(r)
-        return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
-    # No host attribute: machines are what intra-machine links join.
+def _machines(G) -> dict:
+    """Node id -> machine index, for graphs without ``host`` attributes: a machine is what
+    intra-machine links (NVLink, PCIe, sockets) join."""
     H = nx.Graph()
     H.add_nodes_from(G.nodes)
     H.add_edges_from((u, v) for u, v, d in G.edges(data=True) if _link_class(d) in INTRA_CLASSES)
@@ -270,25 +273,47 @@ def _group_by_node(G, gpus, ranks) -> list:
     for i, part in enumerate(nx.connected_components(H)):
         for n in part:
             comp[n] = i
+    return comp
+
+
+def _group_by_node(G, gpus, ranks, machines) -> list:
+    """Ranks grouped per machine; ``machines()`` gives :func:`_machines` of ``G`` on demand."""
+    hosts = [G.nodes[gpus[r]].get("host") for r in ranks]
+    if all(h is not None for h in hosts):
+        groups: dict = {}
+        for r, h in zip(ranks, hosts):
+            groups.setdefault(h, []).append(r)
+        return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
+    comp = machines()
     groups = {}
     for r in ranks:
         groups.setdefault(comp[gpus[r]], []).append(r)
     return sorted((sorted(g) for g in groups.values()), key=lambda g: g[0])
 
 
-def _nics_of(G, gpus, grp) -> list:
-    """NIC node ids of the machine holding ranks ``grp``, in natural name order."""
-    host = G.nodes[gpus[grp[0]]].get("host")
+def _nics_by(G, key) -> dict:
+    """``key(nic, attrs)`` -> that machine's NIC node ids, in natural name order."""
+    found: dict = {}
+    for n, d in G.nodes(data=True):
+        if d.get("kind") == "nic":
+            found.setdefault(key(n, d), []).append(n)
+    return {k: sorted(v, key=_natural) for k, v in found.items()}
+
+
+def _nics_of(G, gpus, grp, machines, memo) -> list:
+    """NIC node ids of the machine holding ranks ``grp``, in natural name order: the NICs of
+    its ``host`` or, without one, those its intra-machine links reach. ``memo`` keeps the
+    per-machine tables across the groups of one analysis."""
+    g = gpus[grp[0]]
+    host = G.nodes[g].get("host")
     if host is not None:
-        found = [n for n, d in G.nodes(data=True) if d.get("kind") == "nic" and d.get("host") == host]
-    else:
-        H = nx.Graph()
-        H.add_node(gpus[grp[0]])
-        H.add_edges_from((u, v) for u, v, d in G.edges(data=True)
-                         if _link_class(d) in INTRA_CLASSES)
-        found = [n for n in nx.node_connected_component(H, gpus[grp[0]])
-                 if G.nodes[n].get("kind") == "nic"]
-    return sorted(found, key=_natural)
+        if "host" not in memo:
+            memo["host"] = _nics_by(G, lambda n, d: d.get("host"))
+        return list(memo["host"].get(host, ()))
+    comp = machines()
+    if "comp" not in memo:
+        memo["comp"] = _nics_by(G, lambda n, d: comp[n])
+    return list(memo["comp"].get(comp[g], ()))
 
 
 def _natural(name: str):
