@@ -179,16 +179,18 @@ def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
     best = 0.0
     for tree, half in trees:
         sizes = [int(x) for x in split(half, _chunks(half, proto))]
-        worst = slow = 0.0
-        for leaf in (r for r in tree.parent if not tree.children[r]):
-            path = [leaf]
-            while tree.parent[path[-1]] >= 0:
-                path.append(tree.parent[path[-1]])
-            pairs = list(zip(path, path[1:]))
-            worst = max(worst, sum(t(tree, a, b, sizes[0], True) for a, b in pairs)
-                        + sum(t(tree, b, a, sizes[0], True) for a, b in pairs))
-            for a, b in pairs:
+        # The first chunk's round trip to the root, per rank, from the root down (each edge
+        # once); the deepest leaf's is the chain, the slowest edge paces the other chunks.
+        trip = {tree.root: 0.0}
+        slow = 0.0
+        todo = [tree.root]
+        while todo:
+            b = todo.pop()
+            for a in tree.children.get(b, ()):
+                trip[a] = trip[b] + t(tree, a, b, sizes[0], True) + t(tree, b, a, sizes[0], True)
                 slow = max(slow, t(tree, a, b, sizes[0], False), t(tree, b, a, sizes[0], False))
+                todo.append(a)
+        worst = max(trip[r] for r in tree.parent if not tree.children[r])
         best = max(best, C.BASE_LATENCY["Tree"][proto] + worst + (len(sizes) - 1) * slow)
     return best
 
