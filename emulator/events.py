@@ -56,19 +56,19 @@ def new_clock(n: int) -> Clock:
                  counts=np.zeros(5, dtype=np.int64))
 
 
-@kernel
+@kernel(allocates=False)
 def _push(K, t, i, kind):
     K.counts[0] = heap_push(K.hkey, K.hval, K.counts[0], t, 2 * i + kind)
 
 
-@kernel
+@kernel(allocates=False)
 def _ready(D, K, i, t):
     """Transfer ``i``'s dependencies have all arrived at ``t``: schedule its start."""
     st = t if t > D.earliest[i] else D.earliest[i]
     _push(K, st + D.compute[i], i, START)
 
 
-@kernel
+@kernel(allocates=False)
 def start(D: Schedule, K: Clock):
     """Schedule the starts of the transfers with no dependency."""
     for i in range(len(D.remaining)):
@@ -76,7 +76,7 @@ def start(D: Schedule, K: Clock):
             _ready(D, K, i, 0.0)
 
 
-@kernel
+@kernel(allocates=False)
 def next_time(F, K):
     """When the next event is due (s); inf when nothing is pending."""
     t = next_finish(F)
@@ -85,7 +85,7 @@ def next_time(F, K):
     return t
 
 
-@kernel
+@kernel(allocates=False)
 def run(P, S, F, D: Schedule, K: Clock, rel_t, rel_d, max_events):
     """Handle up to ``max_events`` events; returns the time of the last one (s), or -1.0 if
     nothing was pending. ``K.counts[4]`` is set to 1 when a rate came out non-positive."""

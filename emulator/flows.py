@@ -55,13 +55,13 @@ def new_flows(path: np.ndarray, size: np.ndarray, n_paths: int) -> Flows:
 
 
 # -- an indexed min-heap of paths by finish time ---------------------------------------------
-@kernel
+@kernel(allocates=False)
 def _less(F, i, j):
     a, b = F.hkey[i], F.hkey[j]
     return a < b or (a == b and F.hval[i] < F.hval[j])
 
 
-@kernel
+@kernel(allocates=False)
 def _swap(F, i, j):
     F.hkey[i], F.hkey[j] = F.hkey[j], F.hkey[i]
     F.hval[i], F.hval[j] = F.hval[j], F.hval[i]
@@ -69,7 +69,7 @@ def _swap(F, i, j):
     F.hpos[F.hval[j]] = j
 
 
-@kernel
+@kernel(allocates=False)
 def _sift(F, i):
     n = F.hsize[0]
     while i > 0 and _less(F, i, (i - 1) >> 1):
@@ -87,7 +87,7 @@ def _sift(F, i):
         i = c
 
 
-@kernel
+@kernel(allocates=False)
 def _heap_set(F, p, key):
     """Insert path ``p`` with ``key`` or move it there."""
     i = F.hpos[p]
@@ -100,7 +100,7 @@ def _heap_set(F, p, key):
     _sift(F, i)
 
 
-@kernel
+@kernel(allocates=False)
 def _heap_remove(F, p):
     i = F.hpos[p]
     if i < 0:
@@ -115,14 +115,14 @@ def _heap_remove(F, p):
         _sift(F, i)
 
 
-@kernel
+@kernel(allocates=False)
 def next_finish(F):
     """When the next flow's last byte leaves (s); inf when no flow is in progress."""
     return F.hkey[0] if F.hsize[0] > 0 else np.inf
 
 
 # -- events -----------------------------------------------------------------------------------
-@kernel
+@kernel(allocates=False)
 def join_one(P: Paths, S: State, F: Flows, f, t):
     """Flow ``f`` (a transfer index) starts at ``t`` (s) on its path."""
     p = F.path[f]
@@ -142,14 +142,14 @@ def join_one(P: Paths, S: State, F: Flows, f, t):
         F.nxt[prev] = f
 
 
-@kernel
+@kernel(allocates=False)
 def join(P: Paths, S: State, F: Flows, idx, t):
     """Flows ``idx`` (transfer indices) start at ``t`` (s) on their paths."""
     for k in range(len(idx)):
         join_one(P, S, F, idx[k], t)
 
 
-@kernel
+@kernel(allocates=False)
 def finish(P: Paths, S: State, F: Flows, t, rel_t, rel_d):
     """Flows due at ``t`` (module docstring) leave their paths, in order of finish time
     while the rule holds; returns how many (listed first in ``F.out``). A path left with
@@ -176,7 +176,7 @@ def finish(P: Paths, S: State, F: Flows, t, rel_t, rel_d):
     return n_out
 
 
-@kernel
+@kernel(allocates=False)
 def rekey(P: Paths, S: State, F: Flows):
     """Finish times of the paths the last solve re-rated."""
     for k in range(S.counters[2]):

@@ -122,7 +122,7 @@ def new_state(paths: Paths) -> State:
 
 
 # -- a binary min-heap on two arrays ---------------------------------------------------------
-@kernel
+@kernel(allocates=False)
 def heap_push(key, val, n, k, v):
     """Push (k, v) on the heap of ``n`` items; returns the new size."""
     i = n
@@ -138,7 +138,7 @@ def heap_push(key, val, n, k, v):
     return n + 1
 
 
-@kernel
+@kernel(allocates=False)
 def heap_pop(key, val, n):
     """Remove the least item (read it at [0] first); returns the new size."""
     n -= 1
@@ -162,7 +162,7 @@ def heap_pop(key, val, n):
 
 
 # -- occupancy -------------------------------------------------------------------------------
-@kernel
+@kernel(allocates=False)
 def advance(P, S, p, t):
     """Bring path ``p``'s bytes sent per flow forward to time ``t`` (s) at its rate."""
     if S.mult[p] > 0 and t > S.mark[p]:
@@ -170,7 +170,7 @@ def advance(P, S, p, t):
     S.mark[p] = t
 
 
-@kernel
+@kernel(allocates=False)
 def change(P, S, p, delta, t):
     """``delta`` flows join (> 0) or leave (< 0) path ``p`` at time ``t`` (s)."""
     if delta == 0:
@@ -224,7 +224,7 @@ def change(P, S, p, delta, t):
         S.sdat[s, 1] = m
 
 
-@kernel
+@kernel(allocates=False)
 def _compact(P, S, c):
     """Move channel ``c``'s active entries to the front of its region, idle ones out."""
     lo = P.cptr[c]
@@ -242,7 +242,7 @@ def _compact(P, S, c):
     S.dead[c] = 0
 
 
-@kernel
+@kernel(allocates=False)
 def _bound(P, S):
     """``lam``: no flow slower than this can change rate (module docstring)."""
     lam = np.inf
@@ -259,7 +259,7 @@ def _bound(P, S):
     return lam
 
 
-@kernel
+@kernel(allocates=False)
 def solve(P, S, t):
     """Re-solve the rates the pending changes can affect; returns the number of paths
     re-solved (listed first in ``S.paths``), or -1 if a rate came out non-positive."""
