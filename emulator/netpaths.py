@@ -90,10 +90,13 @@ class _Routes:
         out[default] = self.default[key]
         rest = np.flatnonzero(~default)
         if len(rest):
-            trip = np.unique(np.stack([route_idx[rest], src[rest], dst[rest]], axis=1), axis=0,
-                             return_inverse=True)
+            # One int64 key per (route, src, dst): unique on rows sorts a void dtype, ~20x slower.
+            key = (route_idx[rest].astype(np.int64) * n + src[rest]) * n + dst[rest]
+            uniq, inverse = np.unique(key, return_inverse=True)
             ids = []
-            for r, s, d in trip[0].tolist():
+            for k in uniq.tolist():
+                rs, d = divmod(k, n)
+                r, s = divmod(rs, n)
                 k = (routes[r], s, d)
                 pid = self.other.get(k)
                 if pid is None:
@@ -107,7 +110,7 @@ class _Routes:
                         self.by_channels[chans] = pid
                     self.other[k] = pid
                 ids.append(pid)
-            out[rest] = np.asarray(ids, dtype=np.int64)[np.ravel(trip[1])]
+            out[rest] = np.asarray(ids, dtype=np.int64)[np.ravel(inverse)]
         if len(self.ptr) - 1 != len(self._lat):
             self._sync()
         return out
