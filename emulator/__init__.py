@@ -22,7 +22,7 @@ from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError
                      TraceError)
 from .faults import DegradedLink, Fault, RemovedLink, Straggler
 from .network import Network
-from .replaying import TRANSPORTS, Prediction, bucket_plan, replay
+from .replaying import TRANSPORTS, Prediction, bucket_plan, collective_requests, replay
 from .recommend import Budget, Candidate, Recommendation, VarianceModel, pareto_front, recommend
 from .report import write_report
 from .result import CollectiveResult
@@ -40,7 +40,8 @@ __all__ = [
     "busbw_factor", "closed_form", "nccl_plan", "NcclPlan", "NcclSystem",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep", "sweep_sizes",
-    "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "Prediction", "TRANSPORTS",
+    "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "collective_requests",
+    "Prediction", "TRANSPORTS",
     "StudyConfig", "run_study", "placement_notes", "topology_for", "Study", "StudyRow",
     "read_study", "write_report", "figures",
     "Budget", "Candidate", "Recommendation", "VarianceModel", "pareto_front", "recommend",

@@ -36,8 +36,8 @@ from typing import Callable
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import Network
-from emulator.replaying import TRANSPORTS, replay
-from ._checks import is_number
+from emulator.replaying import TRANSPORTS, collective_requests, replay
+from ._checks import is_int, is_number
 
 #: compressed transport -> factor on the per-rank variance ratio at ``p`` ranks (module docstring)
 VARIANCE_FACTORS: dict[str, Callable[[int], float]] = {
@@ -319,7 +319,7 @@ def _improve(ev: _Evaluator, start: Candidate, groups, widths, budget: Budget) -
 def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
               transports=tuple(VARIANCE_FACTORS), bits=None, compute: ComputeModel | None = None,
               network: Network | None = None, exhaustive: bool = False,
-              progress: Callable[[str], None] | None = None) -> Recommendation:
+              progress: Callable[[str], None] | None = None, workers: int = 1) -> Recommendation:
     """The fastest per-bucket QSGD widths and transport within ``budget`` (module docstring).
 
     Parameters
@@ -343,6 +343,9 @@ def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
         Evaluate every combination instead of the greedy search.
     progress : callable, optional
         Called with one-line messages.
+    workers : int
+        Local processes that simulate the distinct collective sizes first
+        (:meth:`Network.prefetch`); 1 simulates them as the search meets them.
 
     Returns
     -------
@@ -362,6 +365,8 @@ def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
     t0 = time.perf_counter()
     if not isinstance(budget, Budget):
         raise ConfigError(f"budget must be an emulator.Budget, got {type(budget).__name__}")
+    if not is_int(workers) or workers < 1:
+        raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
     vm = VarianceModel(trace)
     transports = tuple(transports)
     for t in transports:
@@ -400,6 +405,12 @@ def recommend(trace, G=None, *, world_size: int | None = None, budget: Budget,
         raise ConfigError(f"budget bits_per_element={budget.bits_per_element!r} is impossible: the "
                           f"narrowest allowed width is {widths[0]} bits")
 
+    if workers != 1:
+        # the uniform widths below need every (bucket, width) size, the baselines theirs
+        wanted = [r for t in transports for w in widths
+                  for r in collective_requests(trace, net, t, w)]
+        wanted += [r for t in ("fp32", "fp16") for r in collective_requests(trace, net, t)]
+        net.prefetch(wanted, workers=workers)
     uniform = [ev(t, (w,) * trace.num_buckets) for t in transports for w in widths]
     if exhaustive:
         for t in transports:

@@ -226,14 +226,49 @@ def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None
 
 
 # ---------------------------------------------------------------- replay
-def _collective_s(net: Network, c) -> tuple[float, float]:
-    """``(seconds, mean bytes sent per GPU)`` of one plan collective on ``net``: as NCCL runs it
-    (its channels, its p2p all-to-all) under NCCL's model, else the textbook ring and direct."""
+def _request(net: Network, c) -> tuple[str, str, int]:
+    """The ``(op, algorithm, bytes)`` of :meth:`Network.collective` for plan collective ``c``:
+    as NCCL runs it (its channels, its p2p all-to-all) under NCCL's model, else the textbook
+    ring and direct."""
     algorithm = _ALGORITHMS["nccl" if net.nccl else "textbook"].get(c.op, net.algorithm)
     if c.op == "allgather":
         # nccl-tests' convention: the emulator's allgather size is the gathered total
-        return net.collective("allgather", algorithm, net.world_size * c.nbytes)
-    return net.collective(c.op, algorithm, c.nbytes)
+        return "allgather", algorithm, int(net.world_size * c.nbytes)
+    return c.op, algorithm, int(c.nbytes)
+
+
+def _collective_s(net: Network, c) -> tuple[float, float]:
+    """``(seconds, mean bytes sent per GPU)`` of one plan collective on ``net``."""
+    return net.collective(*_request(net, c))
+
+
+def collective_requests(trace, net: Network, transport: str, bits=None) -> list:
+    """The ``(op, algorithm, bytes)`` collectives :func:`replay` asks ``net`` for, to simulate
+    ahead (:meth:`Network.prefetch`).
+
+    Parameters
+    ----------
+    trace : qsgd.PayloadTrace
+    net : Network
+    transport : str
+        Key of :data:`TRANSPORTS`.
+    bits : int or sequence of int, optional
+        As :func:`replay` takes it.
+
+    Examples
+    --------
+    >>> import emulator, qsgd, topologies
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="cpu", seed=0)
+    >>> net = emulator.Network(topologies.from_spec("switch:4,bw=1Gbit"))
+    >>> [(op, n) for op, _, n in emulator.collective_requests(trace, net, "fp16")]
+    [('allreduce', 470292)]
+    """
+    if transport not in TRANSPORTS:
+        raise ConfigError(f"transport must be one of {sorted(TRANSPORTS)}, got {transport!r}")
+    per_bucket = _bucket_bits(trace, bits)
+    return [_request(net, c) for k in range(trace.num_buckets)
+            for c in bucket_plan(trace, k, transport, net.world_size, per_bucket[k]).collectives]
 
 
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,

@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
     parser.add_argument("--exhaustive", action="store_true",
                         help="evaluate every combination instead of the greedy search (small cases)")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="local processes that simulate the distinct collective sizes first "
+                             "(worth it from a few hundred GPUs)")
     parser.add_argument("--out", metavar="PATH", type=output_file,
                         help="write the recommendations as JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")
@@ -123,7 +126,8 @@ def run(args) -> int:
                                                                    flush=True))
         rec = emulator.recommend(trace, G, world_size=w, budget=_budget(args, trace, w),
                                  transports=args.transports, bits=args.bits, compute=compute,
-                                 exhaustive=args.exhaustive, progress=progress)
+                                 exhaustive=args.exhaustive, progress=progress,
+                                 workers=args.workers)
         out.append(rec)
         if not args.json:
             print(format_text(rec), flush=True)

@@ -161,3 +161,51 @@ def test_a_long_search_says_how_far_it_has_come(trace, monkeypatch):
     evaluated = [t for t in heard if "candidates evaluated; last qsgd_allgather [" in t]
     assert len(evaluated) >= got.evaluated - 2          # fp32 and fp16 are not candidates
     assert any(t.startswith("simulated a ") and " on 4 GPUs in " in t for t in heard)
+
+
+def test_requests_are_what_replay_asks_for(trace):
+    """After prefetching a transport's requests, its replay simulates nothing more."""
+    simulated = []
+    net = emulator.Network(topologies.from_spec("switch:8,bw=100Mbit"), 8, "ring",
+                           on_simulated=lambda op, n, s: simulated.append((op, n)))
+    mixed = ([2, 3, 4, 8] * trace.num_buckets)[:trace.num_buckets]
+    for transport, bits in (("fp32", None), ("qsgd_allgather", mixed),
+                            ("qsgd_scatter_reduce_allgather", 3)):
+        wanted = emulator.collective_requests(trace, net, transport, bits)
+        before = len(simulated)
+        assert net.prefetch(wanted) == len(simulated) - before > 0
+        after = len(simulated)
+        emulator.replay(trace, None, transport=transport, bits=bits, network=net)
+        assert len(simulated) == after, f"{transport}: the replay simulated what was not requested"
+
+
+def test_prefetch_on_processes_caches_what_serial_computes(trace):
+    G = topologies.from_spec("switch:8,bw=100Mbit")
+    serial = emulator.Network(G, 8, "ring")
+    pooled = emulator.Network(G, 8, "ring")
+    wanted = [r for w in (2, 4, 8) for r in emulator.collective_requests(trace, serial, "qsgd_allgather", w)]
+    distinct = {r for r in wanted if r[2]}
+    assert len(distinct) >= 4
+    assert pooled.prefetch(wanted, workers=2) == len(distinct)
+    assert pooled.prefetch(wanted, workers=2) == 0          # all cached now
+    for op, alg, nbytes in distinct:
+        assert pooled.collective(op, alg, nbytes) == serial.collective(op, alg, nbytes)
+
+
+def test_recommend_with_workers_agrees(trace):
+    G = topologies.from_spec("switch:8,bw=100Mbit")
+    budget = emulator.Budget(variance=0.08)
+    one = emulator.recommend(trace, budget=budget, network=emulator.Network(G, 8, "ring"), compute=COMPUTE)
+    two = emulator.recommend(trace, budget=budget, network=emulator.Network(G, 8, "ring"), compute=COMPUTE,
+                             workers=2)
+    assert two.best.bits == one.best.bits and two.best.transport == one.best.transport
+    assert two.best.iteration_s == one.best.iteration_s
+    assert two.evaluated == one.evaluated
+
+
+@pytest.mark.parametrize("workers", [0, -1, 1.5, "2"])
+def test_bad_workers_name_the_value(trace, net, workers):
+    with pytest.raises(emulator.ConfigError, match=f"workers must be an int >= 1, got {workers!r}"):
+        emulator.recommend(trace, budget=emulator.Budget(variance=0.1), network=net, workers=workers)
+    with pytest.raises(emulator.ConfigError, match="workers must be an int >= 1"):
+        net.prefetch([], workers=workers)
