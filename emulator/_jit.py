@@ -135,9 +135,13 @@ def compile_kernels() -> None:
     numba.config.CACHE_DIR = cache_dir()
     try:
         swapped = {}
+        from numba.core.cpu import CPUTargetOptions
+
+        # a private option of numba's CPU target: without it, every kernel counts references
+        lean = _NO_REFCOUNT if all(hasattr(CPUTargetOptions, k) for k in _NO_REFCOUNT) else {}
         for module, name, allocates in _REGISTRY:
             fn = sys.modules[module].__dict__[name]
-            swapped[fn] = numba.njit(**_OPTIONS, **({} if allocates else _NO_REFCOUNT))(fn)
+            swapped[fn] = numba.njit(**_OPTIONS, **({} if allocates else lean))(fn)
     finally:
         numba.config.CACHE_DIR = before
     # Kernels imported by name into another kernel module (``from .maxmin import change``)

@@ -48,3 +48,22 @@ def test_bad_mode(monkeypatch):
     monkeypatch.setenv("QSGD_EMU_JIT", "sometimes")
     with pytest.raises(ConfigError, match="QSGD_EMU_JIT='sometimes' must be one of"):
         _jit.use_compiled(1)
+
+
+LEAN = """
+from emulator import _jit, events, critical_path
+_jit.compile_kernels()
+print(events.run.targetoptions.get("_nrt", True), critical_path._times.targetoptions.get("_nrt", True))
+"""
+
+
+def test_event_loop_kernels_compile_without_reference_counting(tmp_path):
+    # the loop's kernels allocate nothing and are compiled without numba's runtime; a kernel
+    # that allocates (the contention-free pass's) keeps it, or it would not compile
+    env = dict(os.environ, QSGD_EMU_JIT="always", NUMBA_CACHE_DIR=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", LEAN], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True"]
+    registered = {(m.rsplit(".", 1)[-1], a) for m, _, a in _jit._REGISTRY}
+    assert ("events", False) in registered and ("critical_path", True) in registered
