@@ -123,7 +123,7 @@ def _levels_torch(v: torch.Tensor, inv: torch.Tensor, s: int, first: int,
     lv = a.to(torch.int32)
     frac = a - lv.to(torch.float32)
     index = torch.arange(first, first + v.numel(), device=v.device, dtype=torch.int64)
-    u = rng.uniforms(index, key)
+    u = rng.uniforms(index, key, below=first + v.numel())
     lv = (lv + (u < frac).to(torch.int32)).clamp_(max=s)
     return torch.where(v < 0, -lv, lv)
 
@@ -153,7 +153,9 @@ def quantize_torch(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int]):
 def dequantize_flat(levels: torch.Tensor, scales: torch.Tensor, cfg: QSGDConfig) -> torch.Tensor:
     """Flat float32 ``level * (scale / s)`` (torch, any device; decoders match it bit for bit)."""
     n, d = levels.numel(), cfg.bucket_size
-    step = scales / float(cfg.levels)
+    # a tensor divisor: CUDA divides by a Python scalar as a multiplication by its reciprocal,
+    # which differs from the numba decoders' true division in the last bit
+    step = scales / torch.full_like(scales, float(cfg.levels))
     out = levels.to(torch.float32)
     full = n // d
     if full:

@@ -104,17 +104,23 @@ def mix32(h: torch.Tensor) -> torch.Tensor:
     return h ^ (h >> 16)
 
 
-def hash_index(index: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
-    """The 32-bit hash ``h`` of each flat index (int64 tensor, >= 0) in stream ``key``."""
+def hash_index(index: torch.Tensor, key: tuple[int, int], below: int | None = None) -> torch.Tensor:
+    """The 32-bit hash ``h`` of each flat index (int64 tensor, >= 0) in stream ``key``.
+
+    ``below``, when given, is an upper bound on the indices known to the caller: below 2**32
+    the high-word round is skipped without looking at the tensor (which, on CUDA, would wait
+    for the device).
+    """
     k0, k1 = key
     lo = index & MASK32
-    hi = index >> 32
     h = mix32(lo ^ k0)
-    if bool((hi != 0).any()):
-        return mix32(h ^ k1 ^ mix32(hi))
+    wide = below > (1 << 32) if below is not None else bool((index > MASK32).any())
+    if wide:
+        return mix32(h ^ k1 ^ mix32(index >> 32))
     return mix32(h ^ k1)
 
 
-def uniforms(index: torch.Tensor, key: tuple[int, int]) -> torch.Tensor:
-    """Float32 uniforms in ``[0, 1)`` for each flat index (int64 tensor) in stream ``key``."""
-    return (hash_index(index, key) >> 8).to(torch.float32) * U24
+def uniforms(index: torch.Tensor, key: tuple[int, int], below: int | None = None) -> torch.Tensor:
+    """Float32 uniforms in ``[0, 1)`` for each flat index (int64 tensor) in stream ``key``
+    (``below``: as in :func:`hash_index`)."""
+    return (hash_index(index, key, below) >> 8).to(torch.float32) * U24

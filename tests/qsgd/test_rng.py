@@ -79,3 +79,12 @@ def test_uniforms_are_uniform_and_independent_across_ranks():
     assert abs(float(torch.corrcoef(torch.stack([u0, u1]))[0, 1])) < 0.02
     assert abs(float(torch.corrcoef(torch.stack([u0[:-1], u0[1:]]))[0, 1])) < 0.02
     assert abs(float(u0.mean()) - 0.5) < 0.01
+
+
+def test_hash_index_with_a_known_bound_is_the_same_hash():
+    # the bound only lets the torch path skip looking at the indices (a CUDA synchronisation)
+    key = rng.stream_key(3)
+    low = torch.arange(2**32 - 40, 2**32, dtype=torch.int64)
+    across = torch.arange(2**32 - 20, 2**32 + 20, dtype=torch.int64)
+    assert torch.equal(rng.hash_index(low, key, below=2**32), rng.hash_index(low, key))
+    assert torch.equal(rng.hash_index(across, key, below=2**32 + 20), rng.hash_index(across, key))
