@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from qsgd import elias, packed, wire
+from qsgd import devicecodec, elias, packed, wire
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, PayloadError
 from qsgd.quantizer import prepare
@@ -21,7 +21,7 @@ def _encode_packed(flat, cfg, key, backend, dtype, shape) -> np.ndarray:
     if backend == "numba":
         packed.encode_numba_into(flat, cfg, key, body)
     else:
-        body[:] = packed.encode_torch_body(flat, cfg, key)
+        body[:] = packed.encode_torch_body(flat, cfg, key).cpu().numpy()
     return wire.seal(buf)
 
 
@@ -75,6 +75,9 @@ def encode(x: torch.Tensor, cfg: QSGDConfig, seed: int = 0, *, rank: int = 0, st
     True
     """
     flat, key, name = prepare(x, cfg, seed, rank, step, bucket, backend)
+    if cfg.codec == "packed" and flat.device.type != "cpu":
+        # built where x is, CRC included: no round trip through the host
+        return devicecodec.encode(flat, cfg, key, x.dtype, tuple(x.shape))[0]
     encode_fn, _ = CODECS[cfg.codec]
     buf = encode_fn(flat, cfg, key, name, x.dtype, tuple(x.shape))
     payload = torch.from_numpy(buf)

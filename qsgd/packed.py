@@ -99,12 +99,11 @@ def unpack_torch(data: torch.Tensor, n: int, b: int) -> torch.Tensor:
     return out.reshape(-1)[:n]
 
 
-def encode_torch_body(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int]) -> np.ndarray:
-    """The packed body of a flat float32 tensor on any device, built with torch ops."""
+def encode_torch_body(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int]) -> torch.Tensor:
+    """The packed body (uint8) of a flat float32 tensor, built with torch ops on its device."""
     levels, scales = quantize_torch(flat, cfg, key)
     codes = pack_torch(levels.to(torch.int64) + cfg.levels, cfg.bits)
-    body = torch.cat([scales.view(torch.uint8), codes]) if levels.numel() else codes
-    return body.cpu().numpy()
+    return torch.cat([scales.view(torch.uint8), codes]) if levels.numel() else codes
 
 
 def check_body(body: np.ndarray, numel: int, cfg: QSGDConfig) -> np.ndarray:
@@ -155,21 +154,37 @@ def decode_numba(body: np.ndarray, numel: int, cfg: QSGDConfig) -> torch.Tensor:
     return torch.from_numpy(out)
 
 
+def unpack_checked_torch(body: torch.Tensor, numel: int, cfg: QSGDConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(levels int32, scales float32, ok 0-d bool) of a packed body of the right length.
+
+    The checks of :func:`check_body` and :func:`decode_numba`, as device ops: ``ok`` is False
+    where they would raise, and nothing is read on the host.
+    """
+    nb = -(-numel // cfg.bucket_size)
+    raw = body[: 4 * nb].clone()                         # aligned for the int32 / float32 views
+    bits = raw.view(torch.int32)
+    # as uint32: >= 0x7F800000 is negative, Inf or NaN (no encoder writes one)
+    ok = ((bits >= 0) & (bits < 0x7F800000)).all()
+    scales = raw.view(torch.float32)
+    codes = unpack_torch(body[4 * nb:], numel, cfg.bits)
+    used = numel * cfg.bits % 8
+    if used:
+        ok = ok & ((body[-1] >> used) == 0)
+    if numel:
+        ok = ok & (codes.max() <= 2 * cfg.levels)
+        levels = codes - cfg.levels
+        zero = (scales == 0).repeat_interleave(cfg.bucket_size)[:numel]
+        ok = ok & ~(zero & (levels != 0)).any()
+    else:
+        levels = codes
+    return levels.to(torch.int32), scales, ok
+
+
 def decode_torch(body: np.ndarray, numel: int, cfg: QSGDConfig, device) -> torch.Tensor:
     """Flat float32 tensor of a packed body, unpacked with torch ops on ``device``."""
-    scales_np = check_body(body, numel, cfg)
-    nb = scales_np.shape[0]
-    scales = torch.from_numpy(scales_np.copy()).to(device)
-    data = torch.from_numpy(np.ascontiguousarray(body[4 * nb:])).to(device)
-    codes = unpack_torch(data, numel, cfg.bits)
-    if numel and int(codes.max()) > 2 * cfg.levels:
-        bucket = int((codes > 2 * cfg.levels).nonzero()[0, 0]) // cfg.bucket_size
-        raise PayloadError(f"corrupt packed body: {_ERRORS[_kernels.E_CODE].format(top=2 * cfg.levels, bucket=bucket)}")
-    levels = codes - cfg.levels
-    if numel:
-        step_zero = (scales == 0).repeat_interleave(cfg.bucket_size)[:numel]
-        bad = step_zero & (levels != 0)
-        if bool(bad.any()):
-            bucket = int(bad.nonzero()[0, 0]) // cfg.bucket_size
-            raise PayloadError(f"corrupt packed body: {_ERRORS[_kernels.E_ZERO_SCALE].format(bucket=bucket)}")
-    return dequantize_flat(levels.to(torch.int32), scales, cfg)
+    check_body(body, numel, cfg)
+    levels, scales, ok = unpack_checked_torch(torch.from_numpy(body.copy()).to(device), numel, cfg)
+    if not bool(ok):
+        decode_numba(body, numel, cfg)       # raises the PayloadError that says where
+        raise PayloadError("corrupt packed body")
+    return dequantize_flat(levels, scales, cfg)
