@@ -114,6 +114,10 @@ class Runner:
                        else torch.futures.Future())
         self.settled = False
         self.next_collective = 0
+        # (0-d bool device tensor, () -> message) of checks left on the device; read by
+        # Stream.finish_step, or at once when ``deferred`` is False (no end of backward to wait at)
+        self.checks: list = []
+        self.deferred = True
         record.setdefault("stages", {})
         record.setdefault("collectives", [])
 
@@ -121,6 +125,14 @@ class Runner:
     def stage(self, name: str) -> "_StageTimer":
         """``with runner.stage("encode"): ...`` times local work into the record and the stats."""
         return _StageTimer(self, name)
+
+    def check(self, flag: torch.Tensor, describe) -> None:
+        """A device-side check (True = fine): read at the end of backward, where the training
+        thread waits anyway, so that a CUDA bucket never waits for its device in between."""
+        if self.deferred:
+            self.checks.append((flag, describe))
+        elif not bool(flag):
+            raise HookError(f"{self.what}: {describe()}")
 
     # --- the program ----------------------------------------------------------------------
     def advance(self, value=None) -> None:
@@ -192,7 +204,7 @@ class Runner:
             self.stream.busy = False
         self.stream._pump()
         if waiter is not None:
-            self.stream.defer(waiter.advance)
+            self.stream.defer(lambda: _resume(waiter, fut))
 
     def _settle(self, value) -> None:
         self.record["done"] = time.perf_counter()
@@ -235,6 +247,14 @@ class _StageTimer:
             else:
                 r.stats.decode_s += t1 - self.t0
         return False
+
+
+def _resume(runner: Runner, fut) -> None:
+    # wait() on a done future makes this thread's current CUDA stream wait for the events of
+    # the collective's stream (it does not block the host), so the program's next kernels read
+    # the received bytes after they land; a no-op on CPU
+    fut.wait()
+    runner.advance()
 
 
 def _callback_worker(callbacks: queue.SimpleQueue, numba_threads: int) -> None:
@@ -385,6 +405,22 @@ class Stream:
                     break
                 self.cond.wait(left)
             failure = self.failure
+        if failure is None:
+            failure = self._verify(runners)
         if failure is not None:
             raise HookError(str(failure)) from failure
         return time.perf_counter() - t0
+
+    def _verify(self, runners: list[Runner]) -> HookError | None:
+        """Read the runners' device-side checks: one read for all of them (on CUDA, the step's
+        one host synchronisation); the first failed one, described, fails the stream."""
+        checks = [(r, flag, describe) for r in runners for flag, describe in r.checks]
+        for r in runners:
+            r.checks = []
+        if not checks or bool(torch.stack([flag for _, flag, _ in checks]).all()):
+            return None
+        for r, flag, describe in checks:
+            if not bool(flag):
+                self.fail(HookError(f"{r.what}: {describe()}"))
+                return self.failure
+        return None

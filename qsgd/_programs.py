@@ -8,9 +8,11 @@ return value is the averaged bucket. :data:`PROGRAMS` maps each QSGD transport t
 import torch
 import torch.distributed as dist
 
+from qsgd import devicecodec, rng
 from qsgd._inflight import Issue, Join, Runner
 from qsgd.codec import decode, encode, payload_nbytes
-from qsgd.errors import HookError
+from qsgd.errors import HookError, PayloadError
+from qsgd.quantizer import flat_float32, raise_nonfinite
 from qsgd.wireplan import BucketLayout
 
 # All-gather into one flat tensor (``all_gather_single`` from torch 2.13, the same call
@@ -110,9 +112,20 @@ class _Bucket:
         # the bucket's width under the state's bit policy (its payloads carry it: self-describing)
         self.cfg = state.bucket_config(self.ckeys)
 
+    def on_device(self) -> bool:
+        """Whether the packed codec runs with its checks left on the device (not on CPU, where
+        the numba kernels are faster and checking costs nothing)."""
+        return self.buf.device.type != "cpu" and self.cfg.codec == "packed"
+
     def encode(self, x: torch.Tensor, rank: int, stream: int) -> torch.Tensor:
-        payload = encode(x, self.cfg, self.state.seed, rank=rank, step=self.step,
-                         bucket=stream)
+        if self.on_device():
+            key = rng.stream_key(self.state.seed, rank, self.step, stream)
+            flat = flat_float32(x)
+            payload, finite = devicecodec.encode(flat, self.cfg, key, x.dtype, tuple(x.shape))
+            self.run.check(finite, lambda: _nonfinite_message(flat))
+        else:
+            payload = encode(x, self.cfg, self.state.seed, rank=rank, step=self.step,
+                             bucket=stream)
         with self.run.stream.lock:
             self.run.stats.payload_bytes += payload.numel()
             if rank == self.rank:   # the first-phase payloads, not a re-quantized mean
@@ -184,8 +197,29 @@ class _Bucket:
             x = x + torch.cat([res[k].to(x.device) for k in self.ckeys])
         return x
 
-    def decode(self, payload) -> torch.Tensor:
-        return decode(payload, device=self.buf.device)
+    def decode(self, payload: torch.Tensor, numel: int) -> torch.Tensor:
+        """The tensor of a payload of ``numel`` elements of the bucket's dtype."""
+        if not self.on_device():
+            return decode(payload, device=self.buf.device)
+        y, ok = devicecodec.decode(payload, numel, self.cfg, self.buf.dtype)
+        self.run.check(ok, lambda: _payload_message(payload))
+        return y.to(self.buf.dtype)
+
+
+def _nonfinite_message(flat: torch.Tensor) -> str:
+    try:
+        raise_nonfinite(flat)
+    except ValueError as exc:
+        return f"the gradient is not finite: {exc}"
+    return "the gradient is not finite"
+
+
+def _payload_message(payload: torch.Tensor) -> str:
+    try:
+        decode(payload.cpu())
+    except PayloadError as exc:
+        return f"a payload does not decode: {exc}"
+    return "a payload is not the one its layout says (header differs)"
 
 
 def _allreduce_mean(b: _Bucket, name: str, tensor: torch.Tensor, wait: bool = True) -> Issue:
@@ -226,12 +260,12 @@ def _allgather(b: _Bucket):
             b.run.stats.raw_bytes += small.numel() * small.element_size()
     if p == 1:
         with b.run.stage("decode"):
-            own = b.decode(payload)
+            own = b.decode(payload, x.numel())
             return b.finish(x, own, own, small)
     payloads, raws = yield from b.gather_payloads(payload, [x.numel()] * p,
                                                   ("size all_gather", "payload all_gather"), small)
     with b.run.stage("decode"):
-        decoded = [b.decode(g) for g in payloads]
+        decoded = [b.decode(g, x.numel()) for g in payloads]
         mean = _mean_in_order(decoded)
         return b.finish(x, mean, decoded[rank], None if raws is None else _mean_in_order(raws))
 
@@ -257,7 +291,8 @@ def _scatter_reduce_allgather(b: _Bucket):
         # Distinct streams: chunk j of bucket b is stream b * p + j; the re-quantization of
         # the owner's mean uses rank p + owner so it never reuses a first-phase stream.
         payloads = [b.encode(c, rank, b.index * p + j) for j, c in enumerate(chunks)]
-        own = torch.cat([b.decode(pl) for pl in payloads]) if b.state.error_feedback else None
+        own = (torch.cat([b.decode(pl, c.numel()) for pl, c in zip(payloads, chunks)])
+               if b.state.error_feedback else None)
     if p == 1:
         mine = [payloads[0]]
     else:
@@ -279,7 +314,7 @@ def _scatter_reduce_allgather(b: _Bucket):
                                                    async_op=True))
         mine = list(torch.split(recv, out_splits))
     with b.run.stage("reduce" if p > 1 else "encode"):
-        summed = torch.stack([b.decode(pl) for pl in mine]).sum(0).div_(p)
+        summed = torch.stack([b.decode(pl, chunks[rank].numel()) for pl in mine]).sum(0).div_(p)
         requant = b.encode(summed, p + rank, b.index * p + rank)
     if p == 1:
         parts = [requant]
@@ -287,7 +322,7 @@ def _scatter_reduce_allgather(b: _Bucket):
         parts, _ = yield from b.gather_payloads(requant, [c.numel() for c in chunks],
                                                 ("mean chunk size all_gather", "mean chunk all_gather"))
     with b.run.stage("decode"):
-        mean = torch.cat([b.decode(pl) for pl in parts])
+        mean = torch.cat([b.decode(pl, c.numel()) for pl, c in zip(parts, chunks)])
     small_mean = None
     if small is not None:
         if pending is not None:

@@ -1,0 +1,117 @@
+"""The hook's device path (the packed codec with its checks left on the device, what a CUDA
+bucket runs), on three real gloo ranks with the path forced on CPU tensors: the same parameters
+as the host path bit for bit, for both transports, and every rank raising HookError on a
+corrupt payload or a non-finite gradient, at the end of backward."""
+from __future__ import annotations
+
+import os
+import pickle
+import traceback
+from datetime import timedelta
+
+import pytest
+import torch
+
+import qsgd
+from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step, spawn_ranks
+
+WORLD = 3     # three ranks: scatter-reduce-allgather's chunks differ in size
+
+
+def _train(rank, transport, device_path: bool, steps=3, corrupt_rank=None):
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from qsgd import _programs, devicecodec
+
+    net = _deep()
+    ddp = DDP(net, bucket_cap_mb=0.25)
+    state = qsgd.QSGDState(qsgd.QSGDConfig.from_bits(4), transport=transport, min_numel=MIN_NUMEL,
+                           seed=5)
+    ddp.register_comm_hook(state, qsgd.qsgd_hook)
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    on_device, encode = _programs._Bucket.on_device, devicecodec.encode
+    if device_path:
+        _programs._Bucket.on_device = lambda self: self.cfg.codec == "packed"
+    if rank == corrupt_rank:
+        def damaged(*args, **kwargs):
+            payload, finite = encode(*args, **kwargs)
+            payload[len(payload) // 2] ^= 0x40
+            return payload, finite
+        devicecodec.encode = damaged
+    try:
+        def run():
+            for s in range(steps):
+                _step(ddp, opt, rank, s, features=256)
+        failure = _failure(run)
+    finally:
+        _programs._Bucket.on_device, devicecodec.encode = on_device, encode
+    return {"digest": _digest(net), "steps": state.step, "failure": failure}
+
+
+def _worker(rank, port, outdir):
+    out = {}
+    try:
+        torch.set_num_threads(1)
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=WORLD,
+                                             timeout=timedelta(seconds=30))
+        for transport in ("allgather", "scatter_reduce_allgather"):
+            out[f"host {transport}"] = _train(rank, transport, False)
+            out[f"device {transport}"] = _train(rank, transport, True)
+            torch.distributed.barrier()
+        out["corrupt"] = _train(rank, "allgather", True, steps=2, corrupt_rank=1)
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    with open(os.path.join(outdir, f"rank{rank}.pkl"), "wb") as fh:
+        pickle.dump(out, fh)
+    os._exit(0)
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    results = spawn_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("device")), 240)
+    for r, res in enumerate(results):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+    return results
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("transport", ["allgather", "scatter_reduce_allgather"])
+def test_device_path_trains_exactly_as_the_host_path(ranks, transport):
+    digests = {r[f"{kind} {transport}"]["digest"] for r in ranks for kind in ("host", "device")}
+    assert len(digests) == 1
+    for r in ranks:
+        for kind in ("host", "device"):
+            assert r[f"{kind} {transport}"]["failure"]["type"] is None
+            assert r[f"{kind} {transport}"]["steps"] == 3
+
+
+@pytest.mark.slow
+def test_a_corrupt_payload_is_a_hook_error_on_every_rank(ranks):
+    for r in ranks:
+        f = r["corrupt"]["failure"]
+        assert f["is_hook_error"], f
+        assert "does not decode" in f["message"] and "CRC-32 mismatch" in f["message"], f["message"]
+
+
+def test_a_non_finite_gradient_is_a_hook_error_at_the_end_of_backward(monkeypatch):
+    # one rank in-process: the device path's finiteness flag is read where backward ends
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from qsgd import _programs
+
+    monkeypatch.setattr(_programs._Bucket, "on_device", lambda self: self.cfg.codec == "packed")
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        net = _deep()
+        ddp = DDP(net, bucket_cap_mb=0.25)
+        state = qsgd.QSGDState(qsgd.QSGDConfig.from_bits(4), min_numel=MIN_NUMEL)
+        ddp.register_comm_hook(state, qsgd.qsgd_hook)
+        x = torch.randn(4, 256)
+        x[0, 0] = float("inf")
+        with pytest.raises(qsgd.HookError, match=r"bucket \d+ at step 0: the gradient is not finite: "
+                                                 r"x holds \d+ NaN or Inf"):
+            ddp(x).sum().backward()
+    finally:
+        dist.destroy_process_group()
