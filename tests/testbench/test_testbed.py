@@ -119,7 +119,10 @@ def test_sigterm_and_sigint_tear_down(tmp_path):
     """)
     for sig in (signal.SIGTERM, signal.SIGINT):
         prefix = f"qsgdtbsig{os.getpid()}{int(sig)}"
-        p = subprocess.Popen([sys.executable, "-c", prog, prefix], stdout=subprocess.PIPE, text=True)
+        # a suite started in the background (`make test &`) ignores SIGINT, and so would the
+        # child (Python then installs no KeyboardInterrupt handler): give it the default back
+        p = subprocess.Popen([sys.executable, "-c", prog, prefix], stdout=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             assert p.stdout.readline().strip() == "up"
             assert any(n.startswith(prefix) for n in _namespaces())
