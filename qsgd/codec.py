@@ -117,10 +117,24 @@ def decode(payload, *, device=None) -> torch.Tensor:
     if device is None:
         device = payload.device if isinstance(payload, torch.Tensor) else torch.device("cpu")
     device = torch.device(device)
+    if _on_device(payload) and device == payload.device:
+        # the header's bytes come to the host, the body stays: checked with device ops, and
+        # the flag read once; a payload that fails is parsed on the host, which says why
+        size = payload.numel()
+        header = wire.parse_header(payload[: min(size, wire.MAX_HEADER_NBYTES)].cpu().numpy(), size)
+        if header.cfg.codec == "packed":
+            flat, ok = devicecodec.decode(payload, header.numel, header.cfg, header.dtype, header.shape)
+            if bool(ok):
+                return flat.to(header.dtype).reshape(header.shape)
     header, body = wire.parse(wire.as_bytes(payload))
     _, decode_fn = CODECS[header.cfg.codec]
     flat = decode_fn(body, header.numel, header.cfg, device)
     return flat.to(header.dtype).reshape(header.shape)
+
+
+def _on_device(payload) -> bool:
+    return (isinstance(payload, torch.Tensor) and payload.device.type != "cpu"
+            and payload.dtype == torch.uint8 and payload.dim() == 1)
 
 
 def payload_nbytes(numel: int, cfg: QSGDConfig, *, ndim: int = 1) -> int:

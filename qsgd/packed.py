@@ -66,6 +66,16 @@ def pack_torch(codes: torch.Tensor, b: int) -> torch.Tensor:
     its bits ``[8k, 8k + 8)``.
     """
     n = codes.numel()
+    if 8 % b == 0:
+        # whole codes per byte: uint8 shifts, no int64 temporaries (8 B/element on a GPU)
+        per = 8 // b
+        c = torch.zeros(-(-n // per) * per, dtype=torch.uint8, device=codes.device)
+        c[:n] = codes
+        c = c.view(-1, per)
+        out = c[:, 0].clone()
+        for j in range(1, per):
+            out |= c[:, j] << (j * b)
+        return out
     groups = -(-n // 8)
     c = torch.zeros(groups * 8, dtype=torch.int64, device=codes.device)
     c[:n] = codes
@@ -82,7 +92,15 @@ def pack_torch(codes: torch.Tensor, b: int) -> torch.Tensor:
 
 
 def unpack_torch(data: torch.Tensor, n: int, b: int) -> torch.Tensor:
-    """Inverse of :func:`pack_torch`: ``n`` int64 codes of ``b`` bits (any device)."""
+    """Inverse of :func:`pack_torch`: ``n`` codes of ``b`` bits (int32 where ``b`` divides 8,
+    else int64; any device)."""
+    if 8 % b == 0:
+        per = 8 // b
+        mask = (1 << b) - 1
+        out = torch.empty(data.numel(), per, dtype=torch.uint8, device=data.device)
+        for j in range(per):
+            out[:, j] = (data >> (j * b)) & mask
+        return out.view(-1)[:n].to(torch.int32)
     groups = -(-n // 8)
     raw = torch.zeros(groups * b, dtype=torch.int64, device=data.device)
     raw[: data.numel()] = data
@@ -102,7 +120,7 @@ def unpack_torch(data: torch.Tensor, n: int, b: int) -> torch.Tensor:
 def encode_torch_body(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int]) -> torch.Tensor:
     """The packed body (uint8) of a flat float32 tensor, built with torch ops on its device."""
     levels, scales = quantize_torch(flat, cfg, key)
-    codes = pack_torch(levels.to(torch.int64) + cfg.levels, cfg.bits)
+    codes = pack_torch(levels.to(torch.int32) + cfg.levels, cfg.bits)
     return torch.cat([scales.view(torch.uint8), codes]) if levels.numel() else codes
 
 

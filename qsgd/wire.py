@@ -52,6 +52,8 @@ FIXED = struct.Struct("<4sBBBBHBBIQ")
 FIXED_NBYTES = FIXED.size  # 24
 TRAILER_NBYTES = 4
 MAX_NDIM = 64
+#: the longest header (64 dimensions): the bytes :func:`parse_header` may need.
+MAX_HEADER_NBYTES = FIXED_NBYTES + 8 * MAX_NDIM
 #: refuse headers claiming more elements than this (2**40): no real gradient is that large,
 #: and a corrupt header must not make the decoder allocate terabytes.
 MAX_NUMEL = 1 << 40
@@ -133,13 +135,13 @@ def as_bytes(payload) -> np.ndarray:
     raise PayloadError(f"payload must be a uint8 tensor or bytes, got {type(payload).__name__}")
 
 
-def parse(buf: np.ndarray) -> tuple[Header, np.ndarray]:
-    """Validate a payload's header, length and CRC; return the header and a view of the body."""
-    size = buf.shape[0]
+def parse_header(prefix: np.ndarray, size: int) -> Header:
+    """Validate the header of a ``size``-byte payload from its first bytes (at least
+    ``min(size, MAX_HEADER_NBYTES)``) and the total length; the CRC is not checked here."""
     if size < FIXED_NBYTES + TRAILER_NBYTES:
         raise PayloadError(f"payload truncated: {size} bytes, shorter than the "
                            f"{FIXED_NBYTES + TRAILER_NBYTES}-byte minimum (header and CRC)")
-    magic, version, codec, dtype, norm, levels, ndim, reserved, d, body = FIXED.unpack_from(buf, 0)
+    magic, version, codec, dtype, norm, levels, ndim, reserved, d, body = FIXED.unpack_from(prefix, 0)
     if magic != MAGIC:
         raise PayloadError(f"bad magic {magic!r}, expected {MAGIC!r}: not a QSGD payload")
     if version != VERSION:
@@ -169,12 +171,7 @@ def parse(buf: np.ndarray) -> tuple[Header, np.ndarray]:
     if size > expected:
         raise PayloadError(f"payload extended: {size} bytes, header says {expected} "
                            f"({size - expected} extra bytes); or the body_length field is corrupt")
-    stored = struct.unpack_from("<I", buf, size - TRAILER_NBYTES)[0]
-    computed = zlib.crc32(memoryview(buf[: size - TRAILER_NBYTES]))
-    if stored != computed:
-        raise PayloadError(f"CRC-32 mismatch: stored 0x{stored:08x}, computed 0x{computed:08x}: "
-                           "the payload is corrupted")
-    shape = struct.unpack_from(f"<{ndim}Q", buf, FIXED_NBYTES) if ndim else ()
+    shape = struct.unpack_from(f"<{ndim}Q", prefix, FIXED_NBYTES) if ndim else ()
     numel = 1
     for i, v in enumerate(shape):
         numel *= v
@@ -182,5 +179,17 @@ def parse(buf: np.ndarray) -> tuple[Header, np.ndarray]:
             raise PayloadError(f"shape {shape} in header has more than {MAX_NUMEL} elements "
                                f"(dimension {i})")
     cfg = QSGDConfig(levels=levels, bucket_size=d, norm=_NORM_OF[norm], codec=_CODEC_OF[codec])
-    header = Header(cfg=cfg, dtype=_DTYPE_OF[dtype], shape=tuple(shape), body_nbytes=body)
-    return header, buf[hdr: hdr + body]
+    return Header(cfg=cfg, dtype=_DTYPE_OF[dtype], shape=tuple(shape), body_nbytes=body)
+
+
+def parse(buf: np.ndarray) -> tuple[Header, np.ndarray]:
+    """Validate a payload's header, length and CRC; return the header and a view of the body."""
+    size = buf.shape[0]
+    header = parse_header(buf, size)
+    stored = struct.unpack_from("<I", buf, size - TRAILER_NBYTES)[0]
+    computed = zlib.crc32(memoryview(buf[: size - TRAILER_NBYTES]))
+    if stored != computed:
+        raise PayloadError(f"CRC-32 mismatch: stored 0x{stored:08x}, computed 0x{computed:08x}: "
+                           "the payload is corrupted")
+    hdr = header.nbytes
+    return header, buf[hdr: hdr + header.body_nbytes]

@@ -140,3 +140,18 @@ def test_cuda_encode_and_decode_make_no_host_synchronisation():
     assert bool(finite) and bool(ok)
     assert torch.equal(payload.cpu(), qsgd.encode(x.cpu(), cfg, seed=1))
     assert torch.equal(y.cpu(), qsgd.decode(payload.cpu()))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_public_decode_checks_on_the_device_and_names_damage():
+    cfg = QSGDConfig.from_bits(4)
+    x = torch.randn(100_000, device="cuda")
+    payload = qsgd.encode(x, cfg, seed=2)
+    assert torch.equal(qsgd.decode(payload).cpu(), qsgd.decode(payload.cpu()))
+    bad = payload.clone()
+    bad[1000] ^= 0x01
+    with pytest.raises(PayloadError, match="CRC-32 mismatch"):
+        qsgd.decode(bad)
+    with pytest.raises(PayloadError, match="payload truncated"):
+        qsgd.decode(payload[:-1])
