@@ -417,7 +417,7 @@ class Stream:
         checks = [(r, flag, describe) for r in runners for flag, describe in r.checks]
         for r in runners:
             r.checks = []
-        if not checks or bool(torch.stack([flag for _, flag, _ in checks]).all()):
+        if not checks or bool(torch.stack([flag.to(checks[0][1].device) for _, flag, _ in checks]).all()):
             return None
         for r, flag, describe in checks:
             if not bool(flag):

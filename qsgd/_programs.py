@@ -201,7 +201,8 @@ class _Bucket:
         """The tensor of a payload of ``numel`` elements of the bucket's dtype."""
         if not self.on_device():
             return decode(payload, device=self.buf.device)
-        y, ok = devicecodec.decode(payload, numel, self.cfg, self.buf.dtype)
+        # a gloo group gathers CUDA payloads on the host: decode where the bucket lives
+        y, ok = devicecodec.decode(payload.to(self.buf.device), numel, self.cfg, self.buf.dtype)
         self.run.check(ok, lambda: _payload_message(payload))
         return y.to(self.buf.dtype)
 

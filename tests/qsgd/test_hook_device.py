@@ -4,6 +4,7 @@ as the host path bit for bit, for both transports, and every rank raising HookEr
 corrupt payload or a non-finite gradient, at the end of backward."""
 from __future__ import annotations
 
+import hashlib
 import os
 import pickle
 import traceback
@@ -115,3 +116,51 @@ def test_a_non_finite_gradient_is_a_hook_error_at_the_end_of_backward(monkeypatc
             ddp(x).sum().backward()
     finally:
         dist.destroy_process_group()
+
+
+def _cuda_worker(rank, port, outdir):
+    # two gloo ranks sharing the one GPU (gloo moves CUDA tensors through the host; NCCL
+    # would refuse two ranks on one device): the hook's CUDA path, collectives included
+    out = {}
+    try:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        torch.distributed.init_process_group("gloo", rank=rank, world_size=2,
+                                             timeout=timedelta(seconds=60))
+        for transport in ("allgather", "scatter_reduce_allgather"):
+            net = _deep().cuda()
+            ddp = DDP(net, device_ids=[0], bucket_cap_mb=0.25)
+            state = qsgd.QSGDState(qsgd.QSGDConfig.from_bits(4), transport=transport,
+                                   min_numel=MIN_NUMEL, seed=5)
+            ddp.register_comm_hook(state, qsgd.qsgd_hook)
+            opt = torch.optim.SGD(net.parameters(), lr=0.1)
+            for s in range(3):
+                g = torch.Generator().manual_seed(1000 * s + rank)
+                x = torch.randn(8, 256, generator=g).cuda()
+                ddp(x).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+            torch.cuda.synchronize()
+            h = hashlib.sha256()
+            for p in net.parameters():
+                h.update(p.detach().cpu().numpy().tobytes())
+            out[transport] = {"digest": h.hexdigest(), "steps": state.step,
+                              "collectives": sum(len(r["collectives"])
+                                                 for r in state.last_stats["timeline"])}
+    except BaseException:
+        out["error"] = traceback.format_exc()
+    with open(os.path.join(outdir, f"rank{rank}.pkl"), "wb") as fh:
+        pickle.dump(out, fh)
+    os._exit(0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_ranks_end_identical(tmp_path):
+    results = spawn_ranks(_cuda_worker, 2, str(tmp_path), 240)
+    for r, res in enumerate(results):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+    for transport in ("allgather", "scatter_reduce_allgather"):
+        assert results[0][transport]["digest"] == results[1][transport]["digest"]
+        assert all(r[transport]["steps"] == 3 and r[transport]["collectives"] > 0 for r in results)
