@@ -19,7 +19,7 @@ import functools
 
 import torch
 
-from qsgd import packed, wire
+from qsgd import _triton, packed, wire
 from qsgd.config import QSGDConfig
 from qsgd.crc import crc32_tensor
 from qsgd.errors import PayloadError
@@ -81,7 +81,11 @@ def encode(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
     hdr, body_n = payload_layout(n, cfg, len(shape))
     out = torch.empty(hdr + body_n + wire.TRAILER_NBYTES, dtype=torch.uint8, device=flat.device)
     out[:hdr] = _header(flat.device, cfg, dtype, shape)
-    if n:
+    if n and _triton.usable(flat, cfg):
+        nb = -(-n // cfg.bucket_size)
+        _triton.encode_into(flat.contiguous(), cfg, key, out[hdr: hdr + 4 * nb].view(torch.float32),
+                            out[hdr + 4 * nb: hdr + body_n])
+    elif n:
         out[hdr: hdr + body_n] = packed.encode_torch_body(flat, cfg, key)
     out[-wire.TRAILER_NBYTES:] = crc32_tensor(out[: -wire.TRAILER_NBYTES])
     return out, torch.isfinite(flat).all()
@@ -134,7 +138,15 @@ def decode(payload: torch.Tensor, numel: int, cfg: QSGDConfig,
                            f"uint8 bytes, got {payload.numel()} {payload.dtype}")
     head_ok = (payload[:hdr] == _header(payload.device, cfg, dtype, shape)).all()
     crc_ok = (payload[-wire.TRAILER_NBYTES:] == crc32_tensor(payload[: -wire.TRAILER_NBYTES])).all()
-    levels, scales, body_good = packed.unpack_checked_torch(payload[hdr: hdr + body_n], numel, cfg)
+    body = payload[hdr: hdr + body_n]
+    if _triton.usable(payload, cfg) and numel:
+        nb = -(-numel // cfg.bucket_size)
+        values, body_good = _triton.decode(body[4 * nb:], body[: 4 * nb].clone(), numel, cfg)
+        used = numel * cfg.bits % 8
+        if used:
+            body_good = body_good & ((body[-1] >> used) == 0)
+        return values, head_ok & crc_ok & body_good
+    levels, scales, body_good = packed.unpack_checked_torch(body, numel, cfg)
     return dequantize_flat(levels, scales, cfg), head_ok & crc_ok & body_good
 
 

@@ -1,5 +1,8 @@
 """The packed codec with its checks on the device (qsgd.devicecodec, qsgd.crc): the bytes of the
 host codec, and a False flag, never a silent decode, for every kind of damage."""
+import os
+import subprocess
+import sys
 import zlib
 
 import numpy as np
@@ -79,20 +82,23 @@ def _fixed_crc(p: torch.Tensor) -> torch.Tensor:
     return p
 
 
-def test_every_damage_is_flagged_and_the_host_decoder_names_it():
-    cfg = QSGDConfig.from_bits(3, bucket_size=100)    # s = 3, codes 0..6 in 3 bits: 7 is bad
-    n = 1001                                          # 3003 bits: 5 padding bits at the end
+@pytest.mark.parametrize("bits,d,n", [(3, 100, 1001),    # s = 3: codes 0..6 in 3 bits, 7 is bad
+                                      (4, 128, 1001)])   # s = 7: codes 0..14 in 4 bits (fused kernels)
+def test_every_damage_is_flagged_and_the_host_decoder_names_it(bits, d, n):
+    cfg = QSGDConfig.from_bits(bits, bucket_size=d)
+    assert n * bits % 8                               # padding bits in the last byte
     x = torch.randn(n, generator=torch.Generator().manual_seed(5))
     good = qsgd.encode(x, cfg, seed=2)
     hdr = wire.header_nbytes(1)
     nb = -(-n // cfg.bucket_size)
+    top = (1 << bits) - 1                             # above 2 s in both configs
     cases = {}
     p = good.clone(); p[hdr + 4 * nb + 10] ^= 0x10; cases["crc"] = (p, "CRC-32 mismatch")
     p = good.clone(); p[8] ^= 1; cases["header"] = (p, "CRC-32 mismatch")     # levels field
     p = good.clone(); p[hdr + 3] = 0xFF; cases["scale"] = (_fixed_crc(p), "invalid scale")
-    p = good.clone(); p[hdr + 4 * nb] |= 0x7; cases["code"] = (_fixed_crc(p), "a code above")
+    p = good.clone(); p[hdr + 4 * nb] |= top; cases["code"] = (_fixed_crc(p), "a code above")
     p = good.clone(); p[-5] |= 0x80; cases["padding"] = (_fixed_crc(p), "nonzero padding")
-    zero = qsgd.encode(torch.cat([torch.zeros(100), x[100:]]), cfg, seed=2)
+    zero = qsgd.encode(torch.cat([torch.zeros(d), x[d:]]), cfg, seed=2)
     p = zero.clone(); p[hdr + 4 * nb] = 0x01; cases["zero scale"] = (_fixed_crc(p), "scale 0 but nonzero")
     for what, (bad, message) in cases.items():
         _, ok = devicecodec.decode(bad, n, cfg)
@@ -155,3 +161,58 @@ def test_cuda_public_decode_checks_on_the_device_and_names_damage():
         qsgd.decode(bad)
     with pytest.raises(PayloadError, match="payload truncated"):
         qsgd.decode(payload[:-1])
+
+
+def test_fused_kernels_fall_back_with_a_warning_when_they_fail(monkeypatch):
+    # a Triton whose kernels do not build (or give other bytes) costs speed, never a payload
+    from qsgd import _triton
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no such intrinsic")
+
+    monkeypatch.setattr(_triton, "triton", object())          # "installed"
+    monkeypatch.setattr(_triton, "_WORKS", {})
+    monkeypatch.setattr(_triton, "encode_into", broken)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    cfg = QSGDConfig.from_bits(4)
+    with pytest.warns(RuntimeWarning, match="fused Triton codec kernels are off on cpu "
+                                            r"\(RuntimeError: no such intrinsic\)"):
+        assert not _triton.usable(torch.ones(10), cfg)
+    assert not _triton.usable(torch.ones(10), cfg)              # decided once per device
+    payload, finite = devicecodec.encode(torch.ones(1000), cfg, rng.stream_key(0))
+    assert torch.equal(payload, qsgd.encode(torch.ones(1000), cfg))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_runs_the_fused_kernels_where_triton_is_installed():
+    from qsgd import _triton
+
+    if _triton.triton is None:
+        pytest.skip("Triton is not installed: the torch path is the CUDA codec")
+    assert _triton.usable(torch.ones(10, device="cuda"), QSGDConfig.from_bits(4))
+
+
+def test_interpreter_runs_the_fused_kernels():
+    # meaningful where TRITON_INTERPRET=1 was set before qsgd was imported: the run of this
+    # file that test_fused_kernels_in_triton_interpreter starts
+    from qsgd import _triton
+
+    if os.environ.get("TRITON_INTERPRET") != "1" or _triton.triton is None:
+        pytest.skip("runs in the TRITON_INTERPRET=1 run of this file")
+    assert _triton.usable(torch.ones(10), QSGDConfig.from_bits(4))
+    assert not _triton.usable(torch.ones(10), QSGDConfig.from_bits(3))   # 3-bit: torch path
+
+
+@pytest.mark.slow
+def test_fused_kernels_in_triton_interpreter():
+    """This file again with TRITON_INTERPRET=1: every payload test above then runs the fused
+    kernels on CPU tensors, against the numba codec's bytes."""
+    pytest.importorskip("triton")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("already the interpreter run")
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+                        __file__], env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "runs in the TRITON_INTERPRET=1 run" not in r.stdout
