@@ -11,7 +11,8 @@ GF(2) and ignores leading zero bytes. Cut ``M`` (zero-padded in front) into chun
 bytes: a chunk's ``L`` is its bit vector times a fixed ``8m x 32`` GF(2) matrix, i.e. a float
 matrix product followed by ``mod 2`` (exact: every sum is an integer below 2**24); a chunk
 followed by ``k`` bytes moves to ``Z^k`` of it, ``Z`` the 32 x 32 matrix of one zero byte, so
-adjacent chunk pairs combine level by level, as a tree, until one value is left. The term of
+runs of ``RADIX`` adjacent segments combine level by level, one matrix product per level,
+until one value is left. The term of
 the zeros depends only on ``N`` and is computed on the host (cached), since ``N`` is known there.
 
 Everything runs as a fixed sequence of tensor operations whose shapes depend on ``N`` only,
@@ -27,8 +28,11 @@ import torch
 
 #: bytes per chunk of the first, matrix-product pass (its matrix is 8 * CHUNK x 32).
 CHUNK = 256
-#: bytes of the message handled per matrix product (bounds the float temporaries to 32 MiB).
-PIECE = 1 << 20
+#: bytes of the message handled per matrix product (bounds the float temporaries to 128 MiB).
+PIECE = 1 << 22
+#: segments joined per level of the combining tree (a message of N bytes takes
+#: log_RADIX(N / CHUNK) levels, a matrix product each).
+RADIX = 64
 _POLY = 0xEDB88320
 
 
@@ -87,9 +91,14 @@ def _chunk_matrix() -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=64)
-def _shift_matrix(nbytes: int) -> np.ndarray:
-    """``Z^nbytes`` transposed, float32 (for row vectors: ``v @ M``)."""
-    return _gf2_power(_zero_byte_matrix(), nbytes).T.astype(np.float32)
+def _combine_matrix(span: int) -> np.ndarray:
+    """``(RADIX 32, 32)`` float32: block ``r`` is ``Z^(span (RADIX - 1 - r))`` transposed, so
+    that RADIX segments of ``span`` bytes, as one row, times it is their ``L`` joined."""
+    z_span = _gf2_power(_zero_byte_matrix(), span)
+    blocks = [np.eye(32, dtype=np.int64)]
+    for _ in range(RADIX - 1):
+        blocks.append(_gf2_matmul(z_span, blocks[-1]))
+    return np.concatenate([b.T for b in reversed(blocks)]).astype(np.float32)
 
 
 @functools.lru_cache(maxsize=256)
@@ -102,8 +111,8 @@ def _zeros_crc(nbytes: int) -> int:
 def _on(device: torch.device, what: str, arg: int = 0) -> torch.Tensor:
     if what == "chunk":
         m = _chunk_matrix()
-    elif what == "shift":
-        m = _shift_matrix(arg)
+    elif what == "combine":
+        m = _combine_matrix(arg)
     elif what == "bit":
         m = np.arange(8, dtype=np.uint8)
     else:  # "zeros": the bits of crc32(arg zero bytes), the affine term
@@ -123,19 +132,22 @@ def _linear_part(data: torch.Tensor) -> torch.Tensor:
     n = data.numel()
     dev = data.device
     chunks = -(-n // CHUNK)
-    width = 1 << max(0, (chunks - 1).bit_length())        # chunks, rounded up to a power of 2
-    padded = torch.zeros(width * CHUNK, dtype=torch.uint8, device=dev)
-    padded[width * CHUNK - n:] = data                       # leading zeros leave L unchanged
+    padded = torch.zeros(chunks * CHUNK, dtype=torch.uint8, device=dev)
+    padded[chunks * CHUNK - n:] = data                      # leading zeros leave L unchanged
     w = _on(dev, "chunk")
     per = max(1, PIECE // CHUNK)
     parts = [torch.remainder(_bits(padded[c * CHUNK:(c + per) * CHUNK]) @ w, 2.0)
-             for c in range(0, width, per)]
+             for c in range(0, chunks, per)]
     v = torch.cat(parts) if len(parts) > 1 else parts[0]
     span = CHUNK
     while v.shape[0] > 1:
-        pairs = v.view(-1, 2, 32)
-        v = torch.remainder(pairs[:, 0] @ _on(dev, "shift", span) + pairs[:, 1], 2.0)
-        span *= 2
+        # RADIX adjacent segments at once: one product with the stacked Z^(span (RADIX-1-r)),
+        # after zero segments in front (which change nothing)
+        rows = -(-v.shape[0] // RADIX) * RADIX
+        if rows != v.shape[0]:
+            v = torch.cat([torch.zeros(rows - v.shape[0], 32, dtype=v.dtype, device=dev), v])
+        v = torch.remainder(v.view(-1, RADIX * 32) @ _on(dev, "combine", span), 2.0)
+        span *= RADIX
     return v[0]
 
 
