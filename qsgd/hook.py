@@ -24,6 +24,11 @@ scatter-reduce-allgather bucket exchanges them twice).
 All ranks average the same decoded tensors in the same order, so they end every step with
 identical parameters. Streams are ``(seed, rank, step, bucket)``.
 
+On CUDA, packed payloads are built and checked on the device (:mod:`qsgd.devicecodec`): the
+checks (CRC, header, codes, a NaN or Inf gradient) are device flags, read once per step at the
+end of backward, so backward never waits for the GPU; a failed one is a :class:`qsgd.HookError`
+there, naming the bucket and what the host decoder finds wrong.
+
 Failures. At the first backward the ranks all-gather their settings (:meth:`QSGDState.fingerprint`);
 no payload leaves before they agree. A collective that fails (a dead peer; the process group's
 own timeout), settings that differ, or a payload that does not decode stop all further
