@@ -49,6 +49,19 @@ def count_syncs(fn) -> tuple[int, list[str]]:
     return len(msgs), sorted(set(msgs))
 
 
+def median_seconds(fn, repeats: int) -> float:
+    """Median seconds of ``fn()`` over ``repeats`` runs, timed with CUDA events."""
+    times = []
+    for _ in range(repeats):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(times)
+
+
 def codec_case(numel: int, bits: int, device_checks: bool) -> dict:
     """``qsgd.encode`` / ``qsgd.decode`` (checks read at once), or the hook's
     ``qsgd.devicecodec`` (checks left on the device as flags)."""
@@ -67,17 +80,9 @@ def codec_case(numel: int, bits: int, device_checks: bool) -> dict:
 
     round_trip()
     n, msgs = count_syncs(round_trip)
-    times = []
-    for _ in range(10):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        round_trip()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
     api = "qsgd.devicecodec" if device_checks else "qsgd.encode/decode"
     return {"case": f"{api} packed {bits}-bit, {numel:,} el.", "syncs": n, "messages": msgs,
-            "seconds": statistics.median(times)}
+            "seconds": median_seconds(round_trip, 10)}
 
 
 def step_case(model_name: str, batch: int, hook: bool, steps: int, bucket_cap_mb: float) -> dict:
@@ -98,17 +103,9 @@ def step_case(model_name: str, batch: int, hook: bool, steps: int, bucket_cap_mb
     for _ in range(3):
         step()
     n, msgs = count_syncs(step)
-    times = []
-    for _ in range(steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
     name = "QSGD hook 4-bit" if hook else "DDP allreduce"
     return {"case": f"{model_name} step, {name}, batch {batch}", "syncs": n, "messages": msgs,
-            "seconds": statistics.median(times)}
+            "seconds": median_seconds(step, steps)}
 
 
 def main(argv=None) -> int:
@@ -133,7 +130,7 @@ def main(argv=None) -> int:
         dist.destroy_process_group()
         os.unlink(store)
     print(f"device: {torch.cuda.get_device_name(0)}, torch {torch.__version__}")
-    print(f"| case | host syncs | median seconds |\n|---|---|---|")
+    print("| case | host syncs | median seconds |\n|---|---|---|")
     for r in rows:
         print(f"| {r['case']} | {r['syncs']} | {r['seconds']:.4f} |")
     for r in rows:

@@ -363,6 +363,22 @@ def spawn_ranks(worker, world: int, outdir: str, timeout_s: float, extra: tuple 
     return results
 
 
+def end_rank(out: dict, outdir: str, rank: int) -> None:
+    """A spawned rank's last act: its results where :func:`spawn_ranks` reads them, then exit
+    without the process groups' teardown."""
+    with open(os.path.join(outdir, f"rank{rank}.pkl"), "wb") as fh:
+        pickle.dump(out, fh)
+    os._exit(0)
+
+
+def checked_ranks(worker, world: int, outdir: str, timeout_s: float) -> list:
+    """:func:`spawn_ranks`, failing the test with the first rank's traceback."""
+    results = spawn_ranks(worker, world, outdir, timeout_s)
+    for r, res in enumerate(results):
+        assert "error" not in res, f"rank {r}: {res['error']}"
+    return results
+
+
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
     results = spawn_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("hook")), 400,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import pickle
 import traceback
 from datetime import timedelta
 
@@ -14,7 +13,7 @@ import pytest
 import torch
 
 import qsgd
-from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step, spawn_ranks
+from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step, checked_ranks, end_rank
 
 WORLD = 3     # three ranks: scatter-reduce-allgather's chunks differ in size
 
@@ -63,17 +62,12 @@ def _worker(rank, port, outdir):
         out["corrupt"] = _train(rank, "allgather", True, steps=2, corrupt_rank=1)
     except BaseException:
         out["error"] = traceback.format_exc()
-    with open(os.path.join(outdir, f"rank{rank}.pkl"), "wb") as fh:
-        pickle.dump(out, fh)
-    os._exit(0)
+    end_rank(out, outdir, rank)
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    results = spawn_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("device")), 240)
-    for r, res in enumerate(results):
-        assert "error" not in res, f"rank {r}: {res['error']}"
-    return results
+    return checked_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("device")), 240)
 
 
 @pytest.mark.slow
@@ -150,17 +144,13 @@ def _cuda_worker(rank, port, outdir):
                                                  for r in state.last_stats["timeline"])}
     except BaseException:
         out["error"] = traceback.format_exc()
-    with open(os.path.join(outdir, f"rank{rank}.pkl"), "wb") as fh:
-        pickle.dump(out, fh)
-    os._exit(0)
+    end_rank(out, outdir, rank)
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_ranks_end_identical(tmp_path):
-    results = spawn_ranks(_cuda_worker, 2, str(tmp_path), 240)
-    for r, res in enumerate(results):
-        assert "error" not in res, f"rank {r}: {res['error']}"
+    results = checked_ranks(_cuda_worker, 2, str(tmp_path), 240)
     for transport in ("allgather", "scatter_reduce_allgather"):
         assert results[0][transport]["digest"] == results[1][transport]["digest"]
         assert all(r[transport]["steps"] == 3 and r[transport]["collectives"] > 0 for r in results)

@@ -4,7 +4,6 @@ across ranks is a HookError naming it; and the policy's own checks."""
 from __future__ import annotations
 
 import os
-import pickle
 import traceback
 from datetime import timedelta
 
@@ -12,7 +11,7 @@ import pytest
 import torch
 
 import qsgd
-from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step, spawn_ranks
+from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step, checked_ranks, end_rank
 
 WORLD = 2
 #: one width per layer of ``_deep`` (each layer its own bucket after DDP's rebuild)
@@ -57,17 +56,12 @@ def _worker(rank, port, outdir):
         out["mismatch"] = _scenario_mismatch(rank)
     except BaseException:
         out["error"] = traceback.format_exc()
-    with open(os.path.join(outdir, f"rank{rank}.pkl"), "wb") as fh:
-        pickle.dump(out, fh)
-    os._exit(0)
+    end_rank(out, outdir, rank)
 
 
 @pytest.fixture(scope="module")
 def ranks(tmp_path_factory):
-    results = spawn_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("policy")), 240)
-    for r, res in enumerate(results):
-        assert "error" not in res, f"rank {r}: {res['error']}"
-    return results
+    return checked_ranks(_worker, WORLD, str(tmp_path_factory.mktemp("policy")), 240)
 
 
 @pytest.mark.slow
