@@ -1,7 +1,8 @@
 """Fused packed-codec kernels for CUDA, in Triton: one program per bucket quantizes and packs,
 or unpacks, checks and dequantizes, in one pass over the data.
 
-The torch path of :mod:`qsgd.packed` runs a chain of elementwise kernels (the hash alone is a
+A third kernel runs the CRC-32 register over chunks of a payload, a chunk per lane
+(:mod:`qsgd.crc` joins the chunks). The torch path of :mod:`qsgd.packed` runs a chain of elementwise kernels (the hash alone is a
 dozen) and was measured at 200-250x a device-to-device copy of its input on an H200
 (``benchmarks/RESULTS.md``); these kernels read the input once and write the payload once.
 
@@ -48,32 +49,49 @@ def usable(t: torch.Tensor, cfg) -> bool:
     if not (cfg.norm == "max" and 8 % b == 0 and cfg.bucket_size % (8 // b) == 0
             and cfg.bucket_size <= MAX_BUCKET and t.numel() < MAX_NUMEL):
         return False
-    return _works(t.device)
+    return _works(t.device, "codec")
 
 
 _WORKS: dict = {}
 
 
-def _works(device: torch.device) -> bool:
-    """Once per device: do the kernels build there and give the torch path's bytes? A Triton
-    too old or too new for these kernels then costs speed, with a warning, not a wrong payload."""
-    if device not in _WORKS:
-        _WORKS[device] = True          # the check itself runs the kernels
+def _works(device: torch.device, what: str) -> bool:
+    """Once per device and kernel family (``"codec"``, ``"crc"``): do the kernels build there
+    and give the torch path's bytes? A Triton too old or too new for them then costs speed,
+    with a warning, not a wrong payload."""
+    key = (device, what)
+    if key not in _WORKS:
+        _WORKS[key] = True             # the check itself runs the kernels
         try:
-            _WORKS[device] = _self_check(device)
+            _WORKS[key] = _SELF_CHECKS[what](device)
             reason = "their bytes differ from the torch path's"
         except Exception as exc:       # a compile or launch error of this Triton
-            _WORKS[device] = False
+            _WORKS[key] = False
             reason = f"{type(exc).__name__}: {exc}"
-        if not _WORKS[device]:
+        if not _WORKS[key]:
             import warnings
 
-            warnings.warn(f"qsgd: the fused Triton codec kernels are off on {device} ({reason}); "
-                          "the torch path encodes and decodes instead", RuntimeWarning, stacklevel=3)
-    return _WORKS[device]
+            warnings.warn(f"qsgd: the fused Triton {what} kernels are off on {device} ({reason}); "
+                          "torch ops do their work instead", RuntimeWarning, stacklevel=3)
+    return _WORKS[key]
 
 
-def _self_check(device: torch.device) -> bool:
+def _check_crc(device: torch.device) -> bool:
+    import zlib
+
+    from qsgd.crc import CHUNK, _on
+
+    data = torch.randint(0, 256, (5 * CHUNK,), generator=torch.Generator().manual_seed(1),
+                         dtype=torch.uint8)
+    regs = crc_chunks(data.to(device), CHUNK, _on(device, "table")).cpu().tolist()
+    # L of a chunk is zlib's CRC of it with the preset and the final inversion taken out,
+    # i.e. crc32(chunk) xor crc32(zeros) (qsgd.crc's affine identity)
+    zeros = zlib.crc32(bytes(CHUNK))
+    want = [zlib.crc32(data[c * CHUNK:(c + 1) * CHUNK].numpy().tobytes()) ^ zeros for c in range(5)]
+    return regs == want
+
+
+def _check_codec(device: torch.device) -> bool:
     from qsgd import packed
     from qsgd.config import QSGDConfig
     from qsgd.quantizer import dequantize_flat
@@ -88,6 +106,9 @@ def _self_check(device: torch.device) -> bool:
     values, ok = decode(body[4 * nb:], body[: 4 * nb].clone(), x.numel(), cfg)
     levels, scales, _ = packed.unpack_checked_torch(body, x.numel(), cfg)
     return bool(ok) and torch.equal(values, dequantize_flat(levels, scales, cfg))
+
+
+_SELF_CHECKS = {"codec": _check_codec, "crc": _check_crc}
 
 
 # The hook launches from two threads (backward's encodes, the callback thread's decodes).
@@ -171,6 +192,42 @@ if triton is not None:
         bad = bad | ((scale == 0) & nonzero)
         tl.store(out_ptr + idx, lv.to(tl.float32) * step, mask=valid)
         tl.store(bad_ptr + pid, bad.to(tl.int32))
+
+
+    @triton.jit
+    def _crc_kernel(data_ptr, out_ptr, table_ptr, chunks, CHUNK: tl.constexpr, LANES: tl.constexpr):
+        # zlib's register update from 0, without the final inversion (qsgd.crc's L), one
+        # chunk per lane, byte after byte
+        lane = tl.program_id(0) * LANES + tl.arange(0, LANES)
+        live = lane < chunks
+        base = lane.to(tl.int64) * CHUNK
+        r = tl.zeros((LANES,), dtype=tl.uint32)
+        for j in range(CHUNK):
+            byte = tl.load(data_ptr + base + j, mask=live, other=0).to(tl.uint32)
+            t = tl.load(table_ptr + ((r ^ byte) & 0xFF), mask=live, other=0).to(tl.uint32)
+            r = t ^ (r >> 8)
+        tl.store(out_ptr + lane, r.to(tl.int32, bitcast=True), mask=live)
+
+
+def usable_for_crc(data: torch.Tensor) -> bool:
+    """Whether :func:`crc_chunks` runs where ``data`` is."""
+    if triton is None:
+        return False
+    if not (data.is_cuda or (data.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")):
+        return False
+    return _works(data.device, "crc")
+
+
+def crc_chunks(data: torch.Tensor, chunk: int, table: torch.Tensor) -> torch.Tensor:
+    """int64 ``L`` (the CRC register from 0, not inverted) of each ``chunk``-byte run of
+    ``data`` (a whole number of them); ``table`` the 256 register-update words as int32."""
+    chunks = data.numel() // chunk
+    out = torch.empty(chunks, dtype=torch.int32, device=data.device)
+    lanes = 128
+    with _LAUNCH:
+        _crc_kernel[(triton.cdiv(chunks, lanes),)](data, out, table, chunks, CHUNK=chunk,
+                                                    LANES=lanes)
+    return out.to(torch.int64) & 0xFFFFFFFF
 
 
 def _block(cfg) -> int:

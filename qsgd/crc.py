@@ -26,6 +26,8 @@ import zlib
 import numpy as np
 import torch
 
+from qsgd import _triton
+
 #: bytes per chunk of the first, matrix-product pass (its matrix is 8 * CHUNK x 32).
 CHUNK = 256
 #: bytes of the message handled per matrix product (bounds the float temporaries to 128 MiB).
@@ -115,6 +117,10 @@ def _on(device: torch.device, what: str, arg: int = 0) -> torch.Tensor:
         m = _combine_matrix(arg)
     elif what == "bit":
         m = np.arange(8, dtype=np.uint8)
+    elif what == "shift32":
+        m = np.arange(32, dtype=np.int64)
+    elif what == "table":                 # the register update's table, as int32 words
+        m = _table().astype(np.uint32).view(np.int32)
     else:  # "zeros": the bits of crc32(arg zero bytes), the affine term
         zeros = _zeros_crc(arg)
         m = np.array([(zeros >> k) & 1 for k in range(32)], dtype=np.int64)
@@ -127,6 +133,20 @@ def _bits(data: torch.Tensor) -> torch.Tensor:
     return ((data.view(-1, CHUNK, 1) >> shifts) & 1).view(-1, 8 * CHUNK).to(torch.float32)
 
 
+def _chunk_parts(padded: torch.Tensor, chunks: int) -> torch.Tensor:
+    """``(chunks, 32)`` float 0/1: ``L`` of each ``CHUNK``-byte chunk of ``padded``."""
+    dev = padded.device
+    if _triton.usable_for_crc(padded):
+        # the register updates byte by byte, a chunk per lane: no bit expansion
+        regs = _triton.crc_chunks(padded, CHUNK, _on(dev, "table"))
+        return ((regs[:, None] >> _on(dev, "shift32")) & 1).to(torch.float32)
+    w = _on(dev, "chunk")
+    per = max(1, PIECE // CHUNK)
+    parts = [torch.remainder(_bits(padded[c * CHUNK:(c + per) * CHUNK]) @ w, 2.0)
+             for c in range(0, chunks, per)]
+    return torch.cat(parts) if len(parts) > 1 else parts[0]
+
+
 def _linear_part(data: torch.Tensor) -> torch.Tensor:
     """``L`` of a 1-D uint8 tensor as 32 float 0/1 values (bit k = element k)."""
     n = data.numel()
@@ -134,11 +154,7 @@ def _linear_part(data: torch.Tensor) -> torch.Tensor:
     chunks = -(-n // CHUNK)
     padded = torch.zeros(chunks * CHUNK, dtype=torch.uint8, device=dev)
     padded[chunks * CHUNK - n:] = data                      # leading zeros leave L unchanged
-    w = _on(dev, "chunk")
-    per = max(1, PIECE // CHUNK)
-    parts = [torch.remainder(_bits(padded[c * CHUNK:(c + per) * CHUNK]) @ w, 2.0)
-             for c in range(0, chunks, per)]
-    v = torch.cat(parts) if len(parts) > 1 else parts[0]
+    v = _chunk_parts(padded, chunks)
     span = CHUNK
     while v.shape[0] > 1:
         # RADIX adjacent segments at once: one product with the stacked Z^(span (RADIX-1-r)),

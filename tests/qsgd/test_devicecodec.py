@@ -179,7 +179,8 @@ def test_fused_kernels_fall_back_with_a_warning_when_they_fail(monkeypatch):
                                             r"\(RuntimeError: no such intrinsic\)"):
         assert not _triton.usable(torch.ones(10), cfg)
     assert not _triton.usable(torch.ones(10), cfg)              # decided once per device
-    payload, finite = devicecodec.encode(torch.ones(1000), cfg, rng.stream_key(0))
+    with pytest.warns(RuntimeWarning, match="fused Triton crc kernels are off on cpu"):
+        payload, finite = devicecodec.encode(torch.ones(1000), cfg, rng.stream_key(0))
     assert torch.equal(payload, qsgd.encode(torch.ones(1000), cfg))
 
 
@@ -191,6 +192,7 @@ def test_cuda_runs_the_fused_kernels_where_triton_is_installed():
     if _triton.triton is None:
         pytest.skip("Triton is not installed: the torch path is the CUDA codec")
     assert _triton.usable(torch.ones(10, device="cuda"), QSGDConfig.from_bits(4))
+    assert _triton.usable_for_crc(torch.ones(10, dtype=torch.uint8, device="cuda"))
 
 
 def test_interpreter_runs_the_fused_kernels():
@@ -201,6 +203,7 @@ def test_interpreter_runs_the_fused_kernels():
     if os.environ.get("TRITON_INTERPRET") != "1" or _triton.triton is None:
         pytest.skip("runs in the TRITON_INTERPRET=1 run of this file")
     assert _triton.usable(torch.ones(10), QSGDConfig.from_bits(4))
+    assert _triton.usable_for_crc(torch.ones(10, dtype=torch.uint8))
     assert not _triton.usable(torch.ones(10), QSGDConfig.from_bits(3))   # 3-bit: torch path
 
 
