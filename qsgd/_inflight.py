@@ -51,6 +51,22 @@ class Issue:
     start: Callable[[], Any]
     wait: bool = True
 
+    def ordered_start(self) -> Callable[[], Any]:
+        """``start``, made to run after the kernels that produced ``tensor``. The collective
+        may be issued from another thread than the one that queued them (whichever thread
+        frees the stream), and a process group orders its work after the *issuing* thread's
+        current CUDA stream only; an event recorded here bridges the two streams."""
+        if not self.tensor.is_cuda:
+            return self.start
+        ready = torch.cuda.Event()
+        ready.record(torch.cuda.current_stream(self.tensor.device))
+        start = self.start
+
+        def after_ready():
+            torch.cuda.current_stream(self.tensor.device).wait_event(ready)
+            return start()
+        return after_ready
+
 
 @dataclass
 class Join:
@@ -161,9 +177,9 @@ class Runner:
                 return
             if req.wait:
                 handle.waiter = self
-                self.stream.submit(self, handle, req.start)
+                self.stream.submit(self, handle, req.ordered_start())
                 return
-            self.stream.submit(self, handle, req.start)
+            self.stream.submit(self, handle, req.ordered_start())
             value = handle
 
     def _handle(self, req: Issue) -> Handle | None:
