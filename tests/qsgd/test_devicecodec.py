@@ -170,7 +170,7 @@ def test_fused_kernels_fall_back_with_a_warning_when_they_fail(monkeypatch):
     def broken(*args, **kwargs):
         raise RuntimeError("no such intrinsic")
 
-    monkeypatch.setattr(_triton, "triton", object())          # "installed"
+    monkeypatch.setattr(_triton, "_kernels", lambda: object())   # "installed"
     monkeypatch.setattr(_triton, "_WORKS", {})
     monkeypatch.setattr(_triton, "encode_into", broken)
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -189,7 +189,7 @@ def test_fused_kernels_fall_back_with_a_warning_when_they_fail(monkeypatch):
 def test_cuda_runs_the_fused_kernels_where_triton_is_installed():
     from qsgd import _triton
 
-    if _triton.triton is None:
+    if _triton._kernels() is None:
         pytest.skip("Triton is not installed: the torch path is the CUDA codec")
     assert _triton.usable(torch.ones(10, device="cuda"), QSGDConfig.from_bits(4))
     assert _triton.usable_for_crc(torch.ones(10, dtype=torch.uint8, device="cuda"))
@@ -200,7 +200,7 @@ def test_interpreter_runs_the_fused_kernels():
     # file that test_fused_kernels_in_triton_interpreter starts
     from qsgd import _triton
 
-    if os.environ.get("TRITON_INTERPRET") != "1" or _triton.triton is None:
+    if os.environ.get("TRITON_INTERPRET") != "1" or _triton._kernels() is None:
         pytest.skip("runs in the TRITON_INTERPRET=1 run of this file")
     assert _triton.usable(torch.ones(10), QSGDConfig.from_bits(4))
     assert _triton.usable_for_crc(torch.ones(10, dtype=torch.uint8))
