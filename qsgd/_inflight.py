@@ -148,7 +148,7 @@ class Runner:
         if self.deferred:
             self.checks.append((flag, describe))
         elif not bool(flag):
-            raise HookError(f"{self.what}: {describe()}")
+            raise HookError(f"{self.what}: {_described(describe)}")
 
     # --- the program ----------------------------------------------------------------------
     def advance(self, value=None) -> None:
@@ -263,6 +263,14 @@ class _StageTimer:
             else:
                 r.stats.decode_s += t1 - self.t0
         return False
+
+
+def _described(describe) -> str:
+    """What a failed device-side check says; a failure to say it still ends as a HookError."""
+    try:
+        return describe()
+    except Exception as exc:
+        return f"a device-side check failed ({type(exc).__name__} while describing it: {exc})"
 
 
 def _resume(runner: Runner, fut) -> None:
@@ -437,6 +445,6 @@ class Stream:
             return None
         for r, flag, describe in checks:
             if not bool(flag):
-                self.fail(HookError(f"{r.what}: {describe()}"))
+                self.fail(HookError(f"{r.what}: {_described(describe)}"))
                 return self.failure
         return None

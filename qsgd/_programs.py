@@ -208,6 +208,10 @@ class _Bucket:
 
 
 def _nonfinite_message(flat: torch.Tensor) -> str:
+    # read at the end of backward: ``flat`` may share memory with the bucket's buffer, which
+    # holds the averaged result by then
+    if bool(torch.isfinite(flat).all()):
+        return "the gradient held NaN or Inf values (the bucket has been overwritten since)"
     try:
         raise_nonfinite(flat)
     except ValueError as exc:

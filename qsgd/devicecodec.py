@@ -62,7 +62,8 @@ def encode(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
     -------
     (Tensor, Tensor)
         The ``torch.uint8`` payload (``qsgd.payload_nbytes(flat.numel(), cfg)`` bytes) and a
-        0-d bool tensor, False when ``flat`` holds NaN or Inf (then the payload is not usable).
+        0-d bool tensor, False when ``flat`` holds NaN or Inf; the payload's scales are then
+        all NaN, so that every decoder rejects it.
 
     Examples
     --------
@@ -87,8 +88,15 @@ def encode(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
                             out[hdr + 4 * nb: hdr + body_n])
     elif n:
         out[hdr: hdr + body_n] = packed.encode_torch_body(flat, cfg, key)
+    finite = torch.isfinite(flat).all()
+    if n:
+        # A NaN or Inf gradient quantizes to a zero bucket, a valid payload; every scale is
+        # made NaN instead, so that every rank that decodes it rejects it, in the same step
+        nb = -(-n // cfg.bucket_size)
+        scales = out[hdr: hdr + 4 * nb].view(torch.float32)
+        scales.copy_(torch.where(finite, scales, torch.full_like(scales, float("nan"))))
     out[-wire.TRAILER_NBYTES:] = crc32_tensor(out[: -wire.TRAILER_NBYTES])
-    return out, torch.isfinite(flat).all()
+    return out, finite
 
 
 def decode(payload: torch.Tensor, numel: int, cfg: QSGDConfig,

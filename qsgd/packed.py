@@ -136,7 +136,7 @@ def check_body(body: np.ndarray, numel: int, cfg: QSGDConfig) -> np.ndarray:
     bad = np.flatnonzero(bits >= 0x7F800000)  # negative, Inf or NaN: no encoder writes one
     if bad.size:
         i = int(bad[0])
-        raise PayloadError(f"bucket {i} has an invalid scale {raw.view(np.float32)[i]!r} "
+        raise PayloadError(f"bucket {i} has an invalid scale {float(raw.view(np.float32)[i])!r} "
                            f"(bits 0x{int(bits[i]):08x})")
     used = numel * cfg.bits % 8
     if used and int(body[-1]) >> used:

@@ -67,12 +67,15 @@ def test_shaped_payload_matches_the_public_encoder():
         devicecodec.decode(payload, 300, cfg, shape=(300,))
 
 
-def test_non_finite_input_is_flagged():
+def test_non_finite_input_is_flagged_and_its_payload_rejected_by_every_decoder():
     cfg = QSGDConfig.from_bits(4)
     x = torch.ones(1000)
     x[17] = float("nan")
-    _, finite = devicecodec.encode(x, cfg, rng.stream_key(0))
+    payload, finite = devicecodec.encode(x, cfg, rng.stream_key(0))
     assert not bool(finite)
+    assert not bool(devicecodec.decode(payload, 1000, cfg)[1])
+    with pytest.raises(PayloadError, match="bucket 0 has an invalid scale nan"):
+        qsgd.decode(payload)
 
 
 def _fixed_crc(p: torch.Tensor) -> torch.Tensor:

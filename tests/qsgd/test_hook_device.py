@@ -18,7 +18,7 @@ from tests.qsgd.test_hook import MIN_NUMEL, _deep, _digest, _failure, _step, che
 WORLD = 3     # three ranks: scatter-reduce-allgather's chunks differ in size
 
 
-def _train(rank, transport, device_path: bool, steps=3, corrupt_rank=None):
+def _train(rank, transport, device_path: bool, steps=3, corrupt_rank=None, nan_rank=None):
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     from qsgd import _programs, devicecodec
@@ -41,6 +41,9 @@ def _train(rank, transport, device_path: bool, steps=3, corrupt_rank=None):
     try:
         def run():
             for s in range(steps):
+                if rank == nan_rank and s == steps - 1:
+                    with torch.no_grad():
+                        net[0].weight[0, 0] = float("nan")      # every gradient NaN from here
                 _step(ddp, opt, rank, s, features=256)
         failure = _failure(run)
     finally:
@@ -60,6 +63,8 @@ def _worker(rank, port, outdir):
             out[f"device {transport}"] = _train(rank, transport, True)
             torch.distributed.barrier()
         out["corrupt"] = _train(rank, "allgather", True, steps=2, corrupt_rank=1)
+        torch.distributed.barrier()
+        out["nan"] = _train(rank, "allgather", True, steps=2, nan_rank=2)
     except BaseException:
         out["error"] = traceback.format_exc()
     end_rank(out, outdir, rank)
@@ -89,27 +94,17 @@ def test_a_corrupt_payload_is_a_hook_error_on_every_rank(ranks):
         assert "does not decode" in f["message"] and "CRC-32 mismatch" in f["message"], f["message"]
 
 
-def test_a_non_finite_gradient_is_a_hook_error_at_the_end_of_backward(monkeypatch):
-    # one rank in-process: the device path's finiteness flag is read where backward ends
-    import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from qsgd import _programs
-
-    monkeypatch.setattr(_programs._Bucket, "on_device", lambda self: self.cfg.codec == "packed")
-    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
-    try:
-        net = _deep()
-        ddp = DDP(net, bucket_cap_mb=0.25)
-        state = qsgd.QSGDState(qsgd.QSGDConfig.from_bits(4), min_numel=MIN_NUMEL)
-        ddp.register_comm_hook(state, qsgd.qsgd_hook)
-        x = torch.randn(4, 256)
-        x[0, 0] = float("inf")
-        with pytest.raises(qsgd.HookError, match=r"bucket \d+ at step 0: the gradient is not finite: "
-                                                 r"x holds \d+ NaN or Inf"):
-            ddp(x).sum().backward()
-    finally:
-        dist.destroy_process_group()
+@pytest.mark.slow
+def test_a_non_finite_gradient_is_a_hook_error_on_every_rank(ranks):
+    # the rank with NaN gradients reads its own finiteness flag; its peers find its payload's
+    # NaN scale when they decode it
+    for r, res in enumerate(ranks):
+        f = res["nan"]["failure"]
+        assert f["is_hook_error"], f
+        if r == 2:
+            assert "the gradient is not finite: x holds" in f["message"], f["message"]
+        else:
+            assert "does not decode" in f["message"] and "invalid scale" in f["message"], f["message"]
 
 
 def _cuda_worker(rank, port, outdir):
