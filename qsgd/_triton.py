@@ -35,11 +35,15 @@ MAX_BUCKET = 1 << 14
 MAX_NUMEL = 1 << 28
 
 
+def _runs_on(t: torch.Tensor) -> bool:
+    """Triton is installed and can run where ``t`` is (CUDA, or CPU in its interpreter)."""
+    here = t.is_cuda or (t.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")
+    return here and _kernels() is not None
+
+
 def usable(t: torch.Tensor, cfg) -> bool:
     """Whether the fused kernels can encode or decode ``t`` (or payloads on its device) with ``cfg``."""
-    if not (t.is_cuda or (t.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")):
-        return False
-    if _kernels() is None:
+    if not _runs_on(t):
         return False
     b = cfg.bits
     if not (cfg.norm == "max" and 8 % b == 0 and cfg.bucket_size % (8 // b) == 0
@@ -120,11 +124,7 @@ def _kernels():
 
 def usable_for_crc(data: torch.Tensor) -> bool:
     """Whether :func:`crc_chunks` runs where ``data`` is."""
-    if not (data.is_cuda or (data.device.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1")):
-        return False
-    if _kernels() is None:
-        return False
-    return _works(data.device, "crc")
+    return _runs_on(data) and _works(data.device, "crc")
 
 
 def crc_chunks(data: torch.Tensor, chunk: int, table: torch.Tensor) -> torch.Tensor:

@@ -82,8 +82,8 @@ def encode(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
     hdr, body_n = payload_layout(n, cfg, len(shape))
     out = torch.empty(hdr + body_n + wire.TRAILER_NBYTES, dtype=torch.uint8, device=flat.device)
     out[:hdr] = _header(flat.device, cfg, dtype, shape)
+    nb = -(-n // cfg.bucket_size)
     if n and _triton.usable(flat, cfg):
-        nb = -(-n // cfg.bucket_size)
         _triton.encode_into(flat.contiguous(), cfg, key, out[hdr: hdr + 4 * nb].view(torch.float32),
                             out[hdr + 4 * nb: hdr + body_n])
     elif n:
@@ -92,7 +92,6 @@ def encode(flat: torch.Tensor, cfg: QSGDConfig, key: tuple[int, int],
     if n:
         # A NaN or Inf gradient quantizes to a zero bucket, a valid payload; every scale is
         # made NaN instead, so that every rank that decodes it rejects it, in the same step
-        nb = -(-n // cfg.bucket_size)
         scales = out[hdr: hdr + 4 * nb].view(torch.float32)
         scales.copy_(torch.where(finite, scales, torch.full_like(scales, float("nan"))))
     out[-wire.TRAILER_NBYTES:] = crc32_tensor(out[: -wire.TRAILER_NBYTES])
