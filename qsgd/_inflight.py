@@ -123,7 +123,7 @@ class Runner:
     """
 
     def __init__(self, stream: "Stream", ticket: int, program, plan, what: str, stats: StepStats,
-                 record: dict, device: torch.device):
+                 record: dict, device: torch.device, deferred: bool = True):
         self.stream, self.ticket, self.program, self.plan = stream, ticket, program, plan
         self.what, self.stats, self.record = what, stats, record
         self.result = (torch.futures.Future(devices=[device]) if device.type == "cuda"
@@ -133,7 +133,7 @@ class Runner:
         # (0-d bool device tensor, () -> message) of checks left on the device; read by
         # Stream.finish_step, or at once when ``deferred`` is False (no end of backward to wait at)
         self.checks: list = []
-        self.deferred = True
+        self.deferred = deferred
         record.setdefault("stages", {})
         record.setdefault("collectives", [])
 

@@ -429,8 +429,7 @@ def qsgd_hook(state: QSGDState, bucket: dist.GradBucket) -> torch.futures.Future
     step.stats.buckets += 1
     what = f"rank {state.rank}: bucket {index} at step {step.index}"
     runner = Runner(stream, stream.ticket(len(plan.collectives)), None, plan, what, step.stats,
-                    record, bucket.buffer().device)
-    runner.deferred = step.guarded
+                    record, bucket.buffer().device, deferred=step.guarded)
     b = _Bucket(state, bucket, step.index, runner)
     runner.program = _warmup(b) if warm else TRANSPORTS[state.transport](b)
     step.runners.append(runner)
