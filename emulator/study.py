@@ -442,6 +442,11 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
                 eta = max(sum(left.values()) / workers, max(left.values(), default=0.0))
             progress(len(seconds), total, eta)
 
+    if rest and (time_limit_s is not None or progress is not None):
+        # the pilot's times are extrapolated (refusal, ETA): numba's compiling must not be in them
+        from .engine import warm_up
+
+        warm_up()
     _run_tasks(tasks, pilot, done, workers, cluster, task_progress)
     if rest:
         plan = estimate(tasks, {i: seconds[i] for i in pilot}, workers)

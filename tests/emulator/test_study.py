@@ -587,6 +587,27 @@ def test_a_study_over_its_time_limit_stops_after_the_pilot_and_says_how_to_shrin
     assert [d for d, _ in ticks] == list(range(1, 7)) and ticks[-1][1] is not None
 
 
+def test_the_pilot_is_timed_after_the_kernels_are_compiled(monkeypatch):
+    # a fresh checkout compiles numba's kernels in its first simulation (~14 s on 2 cores):
+    # inside the pilot, that was extrapolated to the largest world size and refused the demo
+    from emulator import engine, study
+
+    order = []
+    monkeypatch.setattr(engine, "warm_up", lambda: order.append("warm up"))
+    run_tasks = study._run_tasks
+
+    def recording(tasks, which, *args, **kwargs):
+        order.append(sorted({tasks[i][2] for i in which}))
+        return run_tasks(tasks, which, *args, **kwargs)
+
+    monkeypatch.setattr(study, "_run_tasks", recording)
+    run_study(grid(), time_limit_s=3600)
+    assert order == ["warm up", [2], [4]]          # before the 2-GPU pilot, once
+    order.clear()
+    run_study(grid())                               # nothing extrapolated: no warm-up
+    assert order == [[2], [4]]
+
+
 def test_progress_carries_an_estimate_of_the_time_left(rows):
     seen = []
     run_study(grid(), progress=lambda d, t, eta: seen.append((d, t, eta)))
