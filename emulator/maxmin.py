@@ -319,12 +319,18 @@ def solve(P, S, t):
             S.count[c] = cnt
             if cnt > 0:
                 n_h = heap_push(S.hkey, S.hval, n_h, max(r, 0.0) / cnt, c)
-    # Water-filling: the least share is the next bottleneck; its flows freeze at it.
+    # Water-filling: the least share is the next bottleneck; its flows freeze at it. A
+    # freeze at share s only raises the share of the frozen path's other channels (each
+    # had share >= s), so a channel's entry is re-keyed lazily, when it reaches the top.
     while n_h > 0:
         share, c = S.hkey[0], S.hval[0]
         n_h = heap_pop(S.hkey, S.hval, n_h)
-        if S.count[c] == 0 or max(S.resid[c], 0.0) / S.count[c] != share:
-            continue                                # stale: a newer entry is in the heap
+        if S.count[c] == 0:
+            continue                                # every path on it froze elsewhere
+        now = max(S.resid[c], 0.0) / S.count[c]
+        if now != share:
+            n_h = heap_push(S.hkey, S.hval, n_h, now, c)
+            continue
         if not share > 0.0:
             return -1
         for s in range(P.cptr[c], P.cptr[c] + S.fill[c]):
@@ -340,8 +346,6 @@ def solve(P, S, t):
                 c2 = P.chan[e]
                 S.resid[c2] -= m * share
                 S.count[c2] -= m
-                if S.count[c2] > 0:
-                    n_h = heap_push(S.hkey, S.hval, n_h, max(S.resid[c2], 0.0) / S.count[c2], c2)
     for k in range(n_a):
         q = S.paths[k]
         r = S.new_rate[q]
