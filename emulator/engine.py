@@ -125,14 +125,13 @@ class _Run:
         # Interpreted, an event costs ~1 ms: compiled pays from ~50 flows on.
         use_compiled(1000 * int(np.count_nonzero(moves)))
         remaining = np.diff(schedule.dep_ptr).astype(np.int64)
-        owners = np.repeat(np.arange(n, dtype=np.int64), remaining)
-        rev_ptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(schedule.dep_idx, minlength=n), out=rev_ptr[1:])
+        rev_ptr, rev_idx = _events.dependants(schedule.dep_ptr.astype(np.int64),
+                                              schedule.dep_idx.astype(np.int64), n)
         self.sched = _events.Schedule(
             moves=moves, compute=np.ascontiguousarray(schedule.compute_s, dtype=np.float64),
             earliest=np.ascontiguousarray(earliest, dtype=np.float64),
             lat=net.pair_lat[net.pair_of], remaining=remaining, rev_ptr=rev_ptr,
-            rev_idx=owners[np.argsort(schedule.dep_idx, kind="stable")])
+            rev_idx=rev_idx)
         self.paths = _maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity)
         self.state = _maxmin.new_state(self.paths)
         self.flows = _flows.new_flows(net.pair_of, schedule.size, len(net.pair_ptr) - 1)
@@ -182,19 +181,6 @@ class _Run:
                        self.events)
 
 
-def _group_reduce(ufunc, out: np.ndarray, group: np.ndarray, values: np.ndarray) -> None:
-    """``ufunc.at(out, group, values)``, by a stable sort of the groups: ``ufunc.at`` costs
-    0.4 s per call on the 2 million transfers of a 1024-GPU ring, a 16-bit radix sort and
-    ``reduceat`` 30 ms."""
-    if len(out) > 1 << 16:
-        ufunc.at(out, group, values)
-        return
-    order = np.argsort(group.astype(np.uint16), kind="stable")
-    g = group[order]
-    cut = np.flatnonzero(np.r_[True, g[1:] != g[:-1]])
-    ufunc.at(out, g[cut], ufunc.reduceat(values[order], cut))
-
-
 def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch_peak,
             events: int) -> CollectiveResult:
     """The :class:`CollectiveResult` of transfer times (s) and per-channel usage."""
@@ -205,10 +191,8 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
     if len(s):
         pos = np.zeros(max(ranks) + 1, dtype=np.int64)   # rank -> its place in ``ranks``
         pos[list(ranks)] = np.arange(len(ranks))
-        si, di = pos[s.src], pos[s.dst]
-        _group_reduce(np.minimum, first, si, start_t)
-        _group_reduce(np.maximum, last, si, arrive_t)
-        _group_reduce(np.maximum, last, di, arrive_t)
+        use_compiled(len(s))
+        _events.rank_spans(pos[s.src], pos[s.dst], start_t, arrive_t, first, last)
     first[np.isinf(first)] = 0.0
     links = tuple(
         LinkUsage(str(u), str(v), float(net.capacity[k]), int(ch_bytes[k]),

@@ -24,7 +24,7 @@ from ._jit import kernel
 from .flows import finish, join_one, next_finish, rekey
 from .maxmin import heap_pop, heap_push, solve
 
-__all__ = ["Schedule", "Clock", "new_clock", "start", "run"]
+__all__ = ["Schedule", "Clock", "new_clock", "dependants", "rank_spans", "start", "run"]
 
 START = 0
 ARRIVE = 1
@@ -54,6 +54,41 @@ def new_clock(n: int) -> Clock:
     return Clock(hkey=np.empty(2 * n), hval=np.empty(2 * n, dtype=np.int64),
                  start=np.full(n, np.nan), arrive=np.full(n, np.nan),
                  counts=np.zeros(5, dtype=np.int64))
+
+
+@kernel
+def dependants(dep_ptr, dep_idx, n):
+    """The reverse of the dependency CSR: ``(rev_ptr, rev_idx)``, transfer ``i``'s dependants
+    in ``rev_idx[rev_ptr[i]:rev_ptr[i+1]]`` in increasing order (a counting sort: O(n), where
+    a stable argsort of a 2-million-transfer all-gather's edges took 0.15 s)."""
+    rev_ptr = np.zeros(n + 1, dtype=np.int64)
+    for k in range(len(dep_idx)):
+        rev_ptr[dep_idx[k] + 1] += 1
+    for i in range(n):
+        rev_ptr[i + 1] += rev_ptr[i]
+    fill = rev_ptr[:-1].copy()
+    rev_idx = np.empty(len(dep_idx), dtype=np.int64)
+    for j in range(n):
+        for k in range(dep_ptr[j], dep_ptr[j + 1]):
+            i = dep_idx[k]
+            rev_idx[fill[i]] = j
+            fill[i] += 1
+    return rev_ptr, rev_idx
+
+
+@kernel(allocates=False)
+def rank_spans(src, dst, start, arrive, first, last):
+    """Per rank (``src``/``dst`` are places in the rank list): ``first`` = least start of what
+    it sends, ``last`` = latest arrival of what it sends or receives (s); one pass, where
+    ``np.minimum.at`` or a sort per reduction costs 0.1-0.4 s on 2 million transfers."""
+    for i in range(len(src)):
+        a, b = src[i], dst[i]
+        if start[i] < first[a]:
+            first[a] = start[i]
+        if arrive[i] > last[a]:
+            last[a] = arrive[i]
+        if arrive[i] > last[b]:
+            last[b] = arrive[i]
 
 
 @kernel(allocates=False)

@@ -165,3 +165,39 @@ def test_default_tolerance_is_used_by_exact_false():
     assert (exact.events, approx.events) == (5, 3)
     assert exact.time_s - approx.time_s == pytest.approx(n * APPROX_TOLERANCE / 2 / B, rel=1e-6)
     assert emulator.run_collective(G, "alltoall", "direct", 3000, exact=False).events >= 1
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_dependants_is_the_reverse_of_the_dependency_csr(seed):
+    # The counting sort must list each transfer's dependants in increasing order, as a
+    # stable argsort of the dependency edges does.
+    from emulator import events
+
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 300))
+    counts = rng.integers(0, 4, n)
+    dep_ptr = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
+    dep_idx = rng.integers(0, n, int(dep_ptr[-1])).astype(np.int64)
+    rev_ptr, rev_idx = events.dependants(dep_ptr, dep_idx, n)
+    owners = np.repeat(np.arange(n), counts)
+    expect_ptr = np.concatenate(([0], np.cumsum(np.bincount(dep_idx, minlength=n))))
+    assert rev_ptr.tolist() == expect_ptr.tolist()
+    assert rev_idx.tolist() == owners[np.argsort(dep_idx, kind="stable")].tolist()
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_rank_spans_match_ufunc_reductions(seed):
+    from emulator import events
+
+    rng = np.random.default_rng(seed)
+    n, ranks = 500, 17
+    src, dst = rng.integers(0, ranks, n), rng.integers(0, ranks, n)
+    start = rng.random(n)
+    arrive = start + rng.random(n)
+    first, last = np.full(ranks, np.inf), np.zeros(ranks)
+    events.rank_spans(src, dst, start, arrive, first, last)
+    want_first, want_last = np.full(ranks, np.inf), np.zeros(ranks)
+    np.minimum.at(want_first, src, start)
+    np.maximum.at(want_last, src, arrive)
+    np.maximum.at(want_last, dst, arrive)
+    assert first.tolist() == want_first.tolist() and last.tolist() == want_last.tolist()
