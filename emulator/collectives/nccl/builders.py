@@ -174,39 +174,59 @@ def _top_down(tree) -> list:
 
 
 def _tree_pass(b: Builder, tree, sizes: np.ndarray, hops: _Hops, base: float) -> None:
+    """Up the tree (leaves first, reducing towards the root), then back down from the root,
+    each edge ``c`` chunks in order; one :meth:`Builder.add` per phase, the ids of edge ``k``
+    being ``start + k c + chunk``."""
     c = len(sizes)
     order = _top_down(tree)
-    up: dict = {}
+    gpu = hops.system.gpu
+    chunk = np.arange(c)
 
     def edge(a, b_, stops_key):
         stops = tree.stops[stops_key]
-        if stops[0] != hops.system.gpu(a):
+        if stops[0] != gpu(a):
             stops = tuple(reversed(stops))
         return hops(stops, tree.flow)
 
-    for x in reversed(order):                       # leaves first: reduce towards the root
-        par = tree.parent[x]
-        if par < 0:
-            continue
-        route, scale, wait, _ = edge(x, par, (par, x))
-        deps = [up[ch] for ch in tree.children[x]]
+    def add(edges, deps_of, tag, first_wait):
+        """``edges``: (src, dst); ``deps_of(k)``: edge indices (of this batch or id arrays
+        earlier) chunk j of edge k waits for."""
         start = b.count
-        conn = np.where(np.arange(c) > 0, start + np.arange(c) - 1, -1)
-        comp = np.zeros(c)
-        comp[0] = wait + (base if not tree.children[x] else 0.0)
-        up[x] = b.add(x, par, np.ceil(sizes * scale).astype(np.int64), deps + [conn], "reduce",
-                      comp, route)
-    have = {tree.root: [up[ch] for ch in tree.children[tree.root]]}
-    for x in order:                                 # root first: broadcast back down
-        for ch in tree.children[x]:
-            route, scale, wait, _ = edge(x, ch, (x, ch))
-            start = b.count
-            conn = np.where(np.arange(c) > 0, start + np.arange(c) - 1, -1)
-            comp = np.zeros(c)
-            comp[0] = wait
-            got = b.add(x, ch, np.ceil(sizes * scale).astype(np.int64), have[x] + [conn],
-                        "broadcast", comp, route)
-            have[ch] = [got]
+        n = len(edges)
+        if not n:
+            return np.empty((0, c), dtype=np.int64)
+        facts = [edge(x, y, key) for x, y, key in edges]
+        ids = start + np.arange(n)[:, None] * c + chunk[None, :]
+        deps = [deps_of(k, ids) for k in range(n)]
+        width = max((len(d) for d in deps), default=0)
+        cols = np.full((width + 1, n, c), -1, dtype=np.int64)
+        for k, dk in enumerate(deps):
+            for i, d in enumerate(dk):
+                cols[i, k] = d
+        cols[width] = np.where(chunk > 0, ids - 1, -1)    # the edge's previous chunk
+        comp = np.zeros((n, c))
+        comp[:, 0] = [f[2] + first_wait(x) for f, (x, _, _) in zip(facts, edges)]
+        scale = np.array([f[1] for f in facts])
+        nbytes = np.ceil(sizes[None, :] * scale[:, None]).astype(np.int64)
+        b.add(np.repeat([x for x, _, _ in edges], c), np.repeat([y for _, y, _ in edges], c),
+              nbytes.ravel(), [col.ravel() for col in cols], tag, comp.ravel(),
+              np.repeat([f[0] for f in facts], c))
+        return ids
+
+    ups = [(x, tree.parent[x], (tree.parent[x], x)) for x in reversed(order) if tree.parent[x] >= 0]
+    up_k = {x: k for k, (x, _, _) in enumerate(ups)}
+    up = add(ups, lambda k, ids: [ids[up_k[ch]] for ch in tree.children[ups[k][0]]], "reduce",
+             lambda x: base if not tree.children[x] else 0.0)
+    downs = [(x, ch, (x, ch)) for x in order for ch in tree.children[x]]
+    into = {ch: k for k, (_, ch, _) in enumerate(downs)}
+
+    def down_deps(k, ids):
+        x = downs[k][0]
+        if x == tree.root:
+            return [up[up_k[ch]] for ch in tree.children[x]]
+        return [ids[into[x]]]
+
+    add(downs, down_deps, "broadcast", lambda x: 0.0)
 
 
 # -- NVLS ---------------------------------------------------------------------------------------

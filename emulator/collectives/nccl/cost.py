@@ -78,6 +78,32 @@ def _rates(system: NcclSystem, hops: list) -> list:
     return [min(bw / count[c] for c, bw in zip(h.channels, h.bandwidths)) for h in hops]
 
 
+def _ring_hops(system: NcclSystem, rings: list) -> list:
+    """Per channel: each hop's path latency (s), wire bytes per payload byte before the
+    protocol's efficiency, whether it crosses the network, and its shared rate (bytes/s) when
+    every hop of every channel runs at once. None of it depends on the size or the protocol,
+    so a search over sizes computes it once (kept with the rings, which stay alive in it)."""
+    key = ("ring_hops", tuple(id(rg) for rg in rings))
+    kept = system.memo.get(key)
+    if kept is None or any(a is not b for a, b in zip(kept[0], rings)):
+        hops = [[system.hop(st, rg.flow) for st in rg.stops] for rg in rings]
+        rates = _rates(system, [h for hs in hops for h in hs])
+        out, k = [], 0
+        for hs in hops:
+            out.append((np.array([h.latency for h in hs]), np.array([h.inflation for h in hs]),
+                        np.array([h.net for h in hs], dtype=bool),
+                        np.array(rates[k:k + len(hs)])))
+            k += len(hs)
+        kept = system.memo[key] = (tuple(rings), out)
+    return kept[1]
+
+
+def _channel_segments(blocks: np.ndarray, channels: int) -> np.ndarray:
+    """Per channel, its largest share of any block (:func:`split` of each block)."""
+    q, r = np.divmod(blocks, channels)
+    return (q[:, None] + (r[:, None] > np.arange(channels)[None, :])).max(axis=0)
+
+
 def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
               eff: float | None = None) -> float:
     """Seconds of :func:`.builders.ring`: the launch latency ``baseLat`` plus, per channel, the
@@ -91,29 +117,23 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
     Exact when every hop is alike (the chain is then the longer); a bound otherwise."""
     steps_of = RING_OPS[op][0]
     blocks = np.asarray(blocks, dtype=np.int64)
-    per_channel = np.stack([split(int(x), len(rings)) for x in blocks], axis=1)
+    seg_of = _channel_segments(blocks, len(rings))
     eff = efficiency(system, rings, "Ring", proto) if eff is None else eff
-    facts = [[_facts(system, st, rg.flow, "Ring", proto, eff) for st in rg.stops] for rg in rings]
-    rates = _rates(system, [f[0] for fs in facts for f in fs])
+    wait = {net: hop_latency(system, net, "Ring", proto) for net in (False, True)}
     base = C.BASE_LATENCY["Ring"][proto]
-    best, k = 0.0, 0
-    for c, rg in enumerate(rings):
-        p = len(rg.order)
-        seg = int(per_channel[c].max())
-        d = np.empty(p)
-        lat = np.empty(p)
-        for r, (hop, scale, wait) in enumerate(facts[c]):
-            lat[r] = wait + hop.latency
-            d[r] = lat[r] + math.ceil(seg * scale) / rates[k]
-            k += 1
+    best = 0.0
+    for c, (path_lat, inflation, net, rates) in enumerate(_ring_hops(system, rings)):
+        p = len(rings[c].order)
         if p < 2:
             continue
+        lat = np.where(net, wait[True], wait[False]) + path_lat
+        d = lat + np.ceil(int(seg_of[c]) * (inflation / eff)) / rates
         S = steps_of(p)
-        # The chain ending at hop r covers hops r, r-1, ..., r-S+1 (mod p).
+        # The chain ending at hop r covers hops r, r-1, ..., r-S+1 (mod p): ``rest`` of them
+        # past the whole laps, a window sum of the ring read twice.
         laps, rest = divmod(S, p)
-        window = np.zeros(p)
-        for j in range(rest):
-            window += np.roll(d, j)
+        sums = np.concatenate(([0.0], np.cumsum(np.concatenate((d, d)))))
+        window = sums[p + 1:2 * p + 1] - sums[p + 1 - rest:2 * p + 1 - rest]
         chain = laps * d.sum() + float(window.max())
         throttle = S * float((d - lat).max()) + float(lat.max())
         best = max(best, base + max(chain, throttle))
@@ -146,6 +166,32 @@ def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> 
     return best
 
 
+def _tree_hops(system: NcclSystem, rings: list) -> tuple:
+    """The trees of each ring's channel, each tree edge's hop per direction (up to the root or
+    down from it) with its index in its phase, and the shared rates of a phase's hops alone
+    and of both phases at once; independent of size and protocol, so kept with the rings."""
+    key = ("tree_hops", tuple(id(rg) for rg in rings))
+    kept = system.memo.get(key)
+    if kept is not None and all(a is b for a, b in zip(kept[0], rings)):
+        return kept[1]
+    gpu = system.gpu
+    per_ring = [channel_trees(system, rg) for rg in rings]
+    info, phase_hops = {}, {"up": [], "down": []}
+    for ring_trees in per_ring:
+        for tree in ring_trees:
+            for (a, b), stops in tree.stops.items():
+                down = stops if stops[0] == gpu(a) else tuple(reversed(stops))
+                for phase, st in (("down", down), ("up", tuple(reversed(down)))):
+                    hop = system.hop(st, tree.flow)
+                    info[(id(tree), st[0], st[-1])] = (hop, phase, len(phase_hops[phase]))
+                    phase_hops[phase].append(hop)
+    rate = {ph: _rates(system, hops) for ph, hops in phase_hops.items()}
+    both = _rates(system, phase_hops["up"] + phase_hops["down"])
+    out = (per_ring, info, rate, both, len(phase_hops["up"]))
+    system.memo[key] = (tuple(rings), out)
+    return out
+
+
 def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
               eff: float | None = None) -> float:
     """Double binary trees, pipelined in chunks: the launch latency, the first chunk up the
@@ -154,27 +200,19 @@ def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
     tree sharing links. Exact for one chunk on trees that cross links alike (one node); the
     steady-state term is a bound (the engine overlaps phases partly)."""
     eff = efficiency(system, rings, "Tree", proto) if eff is None else eff
+    per_ring, info, rate, both, n_up = _tree_hops(system, rings)
     trees = []
-    for rg, share in zip(rings, split(nbytes, len(rings))):
-        for tree, half in zip(channel_trees(system, rg), split(int(share), 2)):
+    for ring_trees, share in zip(per_ring, split(nbytes, len(rings))):
+        for tree, half in zip(ring_trees, split(int(share), 2)):
             trees.append((tree, int(half)))
     gpu = system.gpu
-    info, phase_hops = {}, {"up": [], "down": []}
-    for tree, _ in trees:
-        for (a, b), stops in tree.stops.items():
-            down = stops if stops[0] == gpu(a) else tuple(reversed(stops))
-            for phase, st in (("down", down), ("up", tuple(reversed(down)))):
-                f = _facts(system, st, tree.flow, "Tree", proto, eff)
-                info[(id(tree), st[0], st[-1])] = (f, phase, len(phase_hops[phase]))
-                phase_hops[phase].append(f[0])
-    rate = {ph: _rates(system, hops) for ph, hops in phase_hops.items()}
-    both = _rates(system, phase_hops["up"] + phase_hops["down"])
-    n_up = len(phase_hops["up"])
+    wait_of = {net: hop_latency(system, net, "Tree", proto) for net in (False, True)}
 
     def t(tree, a, b, size, first):
-        (hop, scale, wait), ph, i = info[(id(tree), gpu(a), gpu(b))]
+        hop, ph, i = info[(id(tree), gpu(a), gpu(b))]
         r = rate[ph][i] if first else both[i + (n_up if ph == "down" else 0)]
-        return (wait if first else 0.0) + hop.latency + math.ceil(size * scale) / r
+        return (wait_of[hop.net] if first else 0.0) + hop.latency + \
+            math.ceil(size * (hop.inflation / eff)) / r
 
     best = 0.0
     for tree, half in trees:
