@@ -30,8 +30,10 @@ _REL_TOL = 1e-12
 
 
 @kernel
-def _times(dep_ptr, dep_idx, earliest, compute_s, size, moves, pair_of, pair_rate, pair_lat):
-    """Start, leave and arrival times (s) of every transfer, in index order (deps point back)."""
+def _times(dep_ptr, dep_idx, after, earliest, compute_s, size, moves, pair_of, pair_rate,
+           pair_lat):
+    """Start, leave and arrival times (s) of every transfer, in index order (deps and
+    ``after`` point back)."""
     n = len(size)
     start = np.empty(n)
     leave = np.empty(n)
@@ -45,6 +47,8 @@ def _times(dep_ptr, dep_idx, earliest, compute_s, size, moves, pair_of, pair_rat
         if earliest[i] > t:
             t = earliest[i]
         s = t + compute_s[i]
+        if after[i] >= 0 and leave[after[i]] > s:
+            s = leave[after[i]]
         p = pair_of[i]
         start[i] = s
         leave[i] = s + size[i] / pair_rate[p] if moves[i] else s
@@ -144,7 +148,7 @@ def contention_free(net, schedule, earliest: np.ndarray):
     if len(net.pair_chan):
         np.minimum.at(rate, pair_id, net.capacity[net.pair_chan])
     moves = (s.src != s.dst) & (s.size > 0)
-    start, leave, arrive = _times(s.dep_ptr, s.dep_idx, earliest, s.compute_s,
+    start, leave, arrive = _times(s.dep_ptr, s.dep_idx, s.after, earliest, s.compute_s,
                                   s.size.astype(np.float64), moves, net.pair_of, rate,
                                   net.pair_lat)
     flows = np.flatnonzero(moves)

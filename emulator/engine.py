@@ -124,14 +124,19 @@ class _Run:
         moves = (schedule.src != schedule.dst) & (schedule.size > 0)
         # Interpreted, an event costs ~1 ms: compiled pays from ~50 flows on.
         use_compiled(1000 * int(np.count_nonzero(moves)))
+        queued = schedule.after >= 0
         remaining = np.diff(schedule.dep_ptr).astype(np.int64)
         rev_ptr, rev_idx = _events.dependants(schedule.dep_ptr.astype(np.int64),
                                               schedule.dep_idx.astype(np.int64), n)
+        aft_ptr, aft_idx = _events.dependants(
+            np.concatenate(([0], np.cumsum(queued))).astype(np.int64),
+            schedule.after[queued].astype(np.int64), n)
         self.sched = _events.Schedule(
             moves=moves, compute=np.ascontiguousarray(schedule.compute_s, dtype=np.float64),
             earliest=np.ascontiguousarray(earliest, dtype=np.float64),
             lat=net.pair_lat[net.pair_of], remaining=remaining, rev_ptr=rev_ptr,
-            rev_idx=rev_idx)
+            rev_idx=rev_idx, after=np.ascontiguousarray(schedule.after, dtype=np.int64),
+            aft_ptr=aft_ptr, aft_idx=aft_idx, ready=np.full(n, np.nan), left=np.full(n, np.nan))
         self.paths = _maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity)
         self.state = _maxmin.new_state(self.paths)
         self.flows = _flows.new_flows(net.pair_of, schedule.size, len(net.pair_ptr) - 1)

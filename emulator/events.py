@@ -7,6 +7,10 @@ step; it *arrives* one path latency after that. Starts and arrivals wait in one 
 of (time, transfer, kind); flows in progress in the per-path finish heap of
 :mod:`emulator.flows`.
 
+A transfer queued behind another on its connection (``after``) starts once that one's last
+byte has left (not arrived) and its own dependencies and local work are done, whichever is
+later: the local work overlaps the message ahead.
+
 One event is one instant: every finish, arrival and start due then (to 1e-12 relative) is
 handled, dependants whose start falls in the same instant included, and the rates are then
 re-solved once (:func:`emulator.maxmin.solve`). :func:`run` handles up to ``max_events``
@@ -39,6 +43,11 @@ class Schedule(NamedTuple):
     remaining: np.ndarray    # dependencies not arrived yet
     rev_ptr: np.ndarray      # (n+1,) CSR of dependants
     rev_idx: np.ndarray
+    after: np.ndarray        # transfer whose last byte must leave before this one's first
+    aft_ptr: np.ndarray      # (n+1,) CSR of the reverse of ``after``
+    aft_idx: np.ndarray
+    ready: np.ndarray        # s when its data and local work are ready (nan before)
+    left: np.ndarray         # s when its last byte left (nan before)
 
 
 class Clock(NamedTuple):
@@ -98,9 +107,25 @@ def _push(K, t, i, kind):
 
 @kernel(allocates=False)
 def _ready(D, K, i, t):
-    """Transfer ``i``'s dependencies have all arrived at ``t``: schedule its start."""
-    st = t if t > D.earliest[i] else D.earliest[i]
-    _push(K, st + D.compute[i], i, START)
+    """Transfer ``i``'s dependencies have all arrived at ``t``: schedule its start, once its
+    local work is done and the message ahead of it on its connection has left."""
+    st = (t if t > D.earliest[i] else D.earliest[i]) + D.compute[i]
+    a = D.after[i]
+    if a < 0 or not np.isnan(D.left[a]):
+        _push(K, st, i, START)          # (that message left at or before t <= st)
+    else:
+        D.ready[i] = st
+
+
+@kernel(allocates=False)
+def _left(D, K, i, t):
+    """Transfer ``i``'s last byte left at ``t``: a message queued behind it on its connection
+    (:attr:`emulator.Transfer.after`) whose work is done may start."""
+    D.left[i] = t
+    for k in range(D.aft_ptr[i], D.aft_ptr[i + 1]):
+        j = D.aft_idx[k]
+        if not np.isnan(D.ready[j]):
+            _push(K, D.ready[j] if D.ready[j] > t else t, j, START)
 
 
 @kernel(allocates=False)
@@ -135,6 +160,7 @@ def run(P, S, F, D: Schedule, K: Clock, rel_t, rel_d, max_events):
         for k in range(n_out):
             f = F.out[k]
             _push(K, t + D.lat[f], f, ARRIVE)
+            _left(D, K, f, t)
         while K.counts[0] > 0 and K.hkey[0] <= due:
             v = K.hval[0]
             K.counts[0] = heap_pop(K.hkey, K.hval, K.counts[0])
@@ -154,6 +180,7 @@ def run(P, S, F, D: Schedule, K: Clock, rel_t, rel_d, max_events):
                     changed = True
                 else:
                     _push(K, t + D.lat[i], i, ARRIVE)
+                    _left(D, K, i, t)
         if changed:
             n = solve(P, S, t)
             if n < 0:

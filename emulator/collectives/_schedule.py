@@ -84,6 +84,12 @@ class Transfer:
         encode, decode), >= 0.
     route : int
         Index into the schedule's ``routes`` (0: the default shortest route).
+    after : int, optional
+        Id of the transfer whose last byte must have left its source before this one's first
+        byte does: the previous message of the same connection, whose bytes go first on the
+        wire (a connection is a FIFO; NCCL sends a channel's slots in order). It need not have
+        arrived (the path latency overlaps the next message), and this one's ``compute_s``
+        runs meanwhile (it follows the deps only).
     """
 
     id: int
@@ -94,6 +100,7 @@ class Transfer:
     tag: str = ""
     compute_s: float = 0.0
     route: int = 0
+    after: int | None = None
 
     def __post_init__(self):
         for name in ("id", "src", "dst", "nbytes", "route"):
@@ -108,6 +115,8 @@ class Transfer:
             if not is_int(d):
                 raise ScheduleError(f"Transfer {self.id}: dependency {d!r} must be an int id")
         object.__setattr__(self, "deps", tuple(int(d) for d in deps))
+        if self.after is not None and not is_int(self.after):
+            raise ScheduleError(f"Transfer {self.id}: after={self.after!r} must be an int id or None")
         if not isinstance(self.tag, str):
             raise ScheduleError(f"Transfer {self.id}: tag={self.tag!r} must be a string")
         c = self.compute_s
@@ -138,16 +147,17 @@ class Schedule:
 
     Attributes
     ----------
-    src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids, route : numpy.ndarray
-        Read-only struct-of-arrays view; ``tags[tag_code[i]]`` is transfer ``i``'s tag and
-        ``routes[route[i]]`` its route.
+    src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids, route, after : numpy.ndarray
+        Read-only struct-of-arrays view; ``tags[tag_code[i]]`` is transfer ``i``'s tag,
+        ``routes[route[i]]`` its route and ``after[i]`` the index of the transfer that must
+        have left before it starts (-1: none; :attr:`Transfer.after`).
     detail : dict
         What the builder chose (NCCL algorithms: algorithm, protocol, channels, payload
         bytes); empty for the textbook algorithms.
     """
 
     __slots__ = ("src", "dst", "size", "compute_s", "dep_ptr", "dep_idx", "tag_code", "tags",
-                 "ids", "route", "routes", "ranks", "op", "algorithm", "nbytes", "chunks",
+                 "ids", "route", "after", "routes", "ranks", "op", "algorithm", "nbytes", "chunks",
                  "detail", "_transfers")
 
     def __init__(self, transfers: Sequence[Transfer], ranks, op: str, algorithm: str,
@@ -172,6 +182,11 @@ class Schedule:
                                         f"listed before it (a cycle or a bad order)")
                 dep_idx.append(j)
             counts.append(len(t.deps))
+            if t.after is not None:
+                j = pos.get(t.after)
+                if j is None or j >= i:
+                    raise ScheduleError(f"Schedule: transfer {t.id} comes after {t.after}, which is "
+                                        f"not a transfer listed before it")
         tags = sorted({t.tag for t in transfers})
         code = {tag: k for k, tag in enumerate(tags)}
         self._init(
@@ -184,13 +199,15 @@ class Schedule:
             tag_code=np.array([code[t.tag] for t in transfers], dtype=np.int32),
             tags=tuple(tags), ids=np.array([t.id for t in transfers], dtype=np.int64),
             route=np.array([t.route for t in transfers], dtype=np.int64), routes=routes,
+            after=np.array([-1 if t.after is None else pos[t.after] for t in transfers],
+                           dtype=np.int64),
             ranks=ranks, op=op, algorithm=algorithm, nbytes=nbytes, chunks=chunks)
         object.__setattr__(self, "_transfers", tuple(transfers))
 
     @classmethod
     def from_arrays(cls, *, src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, tags,
                     ranks, op, algorithm, nbytes, chunks=1, ids=None, route=None,
-                    routes=(DEFAULT_ROUTE,)) -> "Schedule":
+                    routes=(DEFAULT_ROUTE,), after=None) -> "Schedule":
         """Build from struct-of-arrays data (what the algorithm builders do); validated."""
         self = object.__new__(cls)
         src = np.asarray(src, dtype=np.int64)
@@ -203,12 +220,14 @@ class Schedule:
                    ids=np.arange(len(src), dtype=np.int64) if ids is None else np.asarray(ids),
                    route=(np.zeros(len(src), dtype=np.int64) if route is None
                           else np.asarray(route, dtype=np.int64)), routes=routes,
+                   after=(np.full(len(src), -1, dtype=np.int64) if after is None
+                          else np.asarray(after, dtype=np.int64)),
                    ranks=ranks, op=op, algorithm=algorithm, nbytes=nbytes, chunks=chunks)
         object.__setattr__(self, "_transfers", None)
         return self
 
     def _init(self, *, src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, tags, ids, route,
-              routes, ranks, op, algorithm, nbytes, chunks):
+              after, routes, ranks, op, algorithm, nbytes, chunks):
         n = len(src)
         routes = tuple(routes)
         for r in routes:
@@ -221,7 +240,8 @@ class Schedule:
         if len(set(ranks)) != len(ranks):
             raise ScheduleError(f"Schedule: ranks {list(ranks)} contain duplicates")
         for name, arr in (("dst", dst), ("size", size), ("compute_s", compute_s),
-                          ("tag_code", tag_code), ("ids", ids), ("route", route)):
+                          ("tag_code", tag_code), ("ids", ids), ("route", route),
+                          ("after", after)):
             if len(arr) != n:
                 raise ScheduleError(f"Schedule: {name} has {len(arr)} entries, src has {n}")
         if len(dep_ptr) != n + 1 or (n and (dep_ptr[0] != 0 or dep_ptr[-1] != len(dep_idx))):
@@ -255,17 +275,23 @@ class Schedule:
                     raise ScheduleError(f"Schedule: transfer {int(ids[owner[k]])} depends on index "
                                         f"{int(dep_idx[k])}, not an earlier transfer (unknown "
                                         f"dependency or a cycle)")
+            bad = (after < -1) | (after >= np.arange(n))
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise ScheduleError(f"Schedule: transfer {int(ids[i])}: after={int(after[i])} is not "
+                                    f"-1 or the index of an earlier transfer")
             if len(tags) and (tag_code.min() < 0 or tag_code.max() >= len(tags)):
                 raise ScheduleError("Schedule: tag_code out of range of tags")
             if route.min() < 0 or route.max() >= len(routes):
                 i = int(np.argmax((route < 0) | (route >= len(routes))))
                 raise ScheduleError(f"Schedule: transfer {int(ids[i])}: route={int(route[i])} is "
                                     f"not an index of the {len(routes)} routes")
-        for arr in (src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids, route):
+        for arr in (src, dst, size, compute_s, dep_ptr, dep_idx, tag_code, ids, route, after):
             arr.flags.writeable = False
         for name, value in (("src", src), ("dst", dst), ("size", size), ("compute_s", compute_s),
                             ("dep_ptr", dep_ptr), ("dep_idx", dep_idx), ("tag_code", tag_code),
-                            ("tags", tags), ("ids", ids), ("route", route), ("routes", routes),
+                            ("tags", tags), ("ids", ids), ("route", route), ("after", after),
+                            ("routes", routes),
                             ("ranks", ranks), ("op", str(op)), ("detail", {}),
                             ("algorithm", str(algorithm)), ("nbytes", int(nbytes)),
                             ("chunks", int(chunks))):
@@ -295,7 +321,8 @@ class Schedule:
                 Transfer(int(ids[i]), int(self.src[i]), int(self.dst[i]), int(self.size[i]),
                          tuple(int(ids[j]) for j in idx[ptr[i]:ptr[i + 1]]),
                          self.tags[self.tag_code[i]], float(self.compute_s[i]),
-                         int(self.route[i]))
+                         int(self.route[i]),
+                         None if self.after[i] < 0 else int(ids[self.after[i]]))
                 for i in range(len(self)))
             object.__setattr__(self, "_transfers", out)
         return self._transfers
@@ -322,7 +349,8 @@ class Builder:
     """Accumulates transfers in vectorised batches and returns a :class:`Schedule`.
 
     Each :meth:`add` appends ``m`` transfers and returns their indices; ``deps`` is a list of
-    integer arrays of length ``m`` (``-1`` = no dependency in that column).
+    integer arrays of length ``m`` (``-1`` = no dependency in that column), ``after`` the
+    index each must leave after (:attr:`Transfer.after`; ``-1`` = none).
     """
 
     def __init__(self):
@@ -341,20 +369,22 @@ class Builder:
             raise ScheduleError(f"Builder.route: {route!r} is not a Route")
         return self._routes.setdefault(route, len(self._routes))
 
-    def add(self, src, dst, nbytes, deps=(), tag: str = "", compute_s=0.0, route=0) -> np.ndarray:
+    def add(self, src, dst, nbytes, deps=(), tag: str = "", compute_s=0.0, route=0,
+            after=-1) -> np.ndarray:
         # Scalars broadcast against the longest argument (one sender, c chunks, say).
         m = max(np.size(src), np.size(dst), np.size(nbytes), np.size(compute_s), np.size(route),
-                *(np.size(d) for d in deps))
+                np.size(after), *(np.size(d) for d in deps))
         src = np.broadcast_to(np.asarray(src, dtype=np.int64), (m,))
         dst = np.broadcast_to(np.asarray(dst, dtype=np.int64), (m,))
         nbytes = np.broadcast_to(np.asarray(nbytes, dtype=np.int64), (m,))
         compute = np.broadcast_to(np.asarray(compute_s, dtype=np.float64), (m,))
         routes = np.broadcast_to(np.asarray(route, dtype=np.int64), (m,))
+        after = np.broadcast_to(np.asarray(after, dtype=np.int64), (m,))
         cols = [np.broadcast_to(np.asarray(d, dtype=np.int64), (m,)) for d in deps]
         depmat = np.stack(cols, axis=1) if cols else np.empty((m, 0), dtype=np.int64)
         code = self._tags.setdefault(tag, len(self._tags))
         ids = np.arange(self._n, self._n + m, dtype=np.int64)
-        self._parts.append((src, dst, nbytes, compute, depmat, code, routes))
+        self._parts.append((src, dst, nbytes, compute, depmat, code, routes, after))
         self._n += m
         return ids
 
@@ -378,8 +408,9 @@ class Builder:
             tag_code = np.concatenate([np.full(len(p[0]), p[5], dtype=np.int32)
                                        for p in self._parts])
             route = np.concatenate([p[6] for p in self._parts])
+            after = np.concatenate([p[7] for p in self._parts])
         else:
-            src = dst = size = dep_idx = route = np.empty(0, dtype=np.int64)
+            src = dst = size = dep_idx = route = after = np.empty(0, dtype=np.int64)
             compute = np.empty(0)
             counts = np.empty(0, dtype=np.int64)
             tag_code = np.empty(0, dtype=np.int32)
@@ -389,7 +420,7 @@ class Builder:
                                     dep_ptr=dep_ptr, dep_idx=dep_idx, tag_code=tag_code,
                                     tags=tuple(self._tags), ranks=ranks, op=op,
                                     algorithm=algorithm, nbytes=nbytes, chunks=chunks,
-                                    route=route, routes=tuple(self._routes))
+                                    route=route, routes=tuple(self._routes), after=after)
 
 
 def check_ranks(ranks) -> tuple:

@@ -56,8 +56,9 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     ordered : bool
         Whether a connection sends one message at a time (each waits for the previous one to
         arrive). False lets a connection have several in flight, as NCCL's 8 buffer slots per
-        connection do: a message then waits for its data only, the path's latency overlaps
-        the next message, and messages that meet on a link share it.
+        connection do: a message then waits for its data and for the previous message's last
+        byte to leave (``after``: a connection's bytes go out in order, so its messages never
+        share a link with each other), and the path latency overlaps the next message.
     """
     order = np.asarray(order, dtype=np.int64)
     p = len(order)
@@ -94,6 +95,7 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     k, r = np.broadcast_to(k, ids.shape).reshape(-1), np.broadcast_to(r, ids.shape).reshape(-1)
     data, conn, first = data.reshape(-1), conn.reshape(-1), first.reshape(-1)
     deps = [data, conn] if ordered else [data]
+    after = -1 if ordered else conn
     for extra in first_deps or ():
         extra = np.asarray(extra, dtype=np.int64)
         deps.append(np.where(first, extra[r], -1))
@@ -103,7 +105,8 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
         sl = slice(lo * p * c, (lo + n) * p * c)
         b.add(order[r[sl]], nxt[r[sl]], nbytes[sl], [d[sl] for d in deps], name,
               compute_s=compute if np.isscalar(compute) else compute[sl],
-              route=hop_route if np.isscalar(hop_route) else hop_route[sl])
+              route=hop_route if np.isscalar(hop_route) else hop_route[sl],
+              after=after if np.isscalar(after) else after[sl])
         lo += n
     if lo != steps:
         raise AssertionError("ring_pass: phase steps do not sum to steps")

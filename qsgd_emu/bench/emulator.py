@@ -102,7 +102,9 @@ def naive_simulate(G, schedule) -> float:
     src, dst, size = schedule.src.tolist(), schedule.dst.tolist(), schedule.size.tolist()
     compute = schedule.compute_s.tolist()
     ptr, idx = schedule.dep_ptr.tolist(), schedule.dep_idx.tolist()
+    after = schedule.after.tolist()
     done = [env.event() for _ in range(len(src))]
+    left = [env.event() for _ in range(len(src))]
 
     def message(i):
         deps = idx[ptr[i]:ptr[i + 1]]
@@ -110,7 +112,11 @@ def naive_simulate(G, schedule) -> float:
             yield env.all_of([done[j] for j in deps])
         if compute[i]:
             yield env.timeout(compute[i])
-        if src[i] != dst[i]:
+        if after[i] >= 0:
+            yield left[after[i]]
+        if src[i] == dst[i]:
+            left[i].succeed()
+        else:
             res, bandwidth, latency = route(src[i], dst[i])
             held = []
             for r in res:
@@ -120,6 +126,7 @@ def naive_simulate(G, schedule) -> float:
             yield env.timeout(size[i] / bandwidth)
             for r, req in held:
                 r.release(req)
+            left[i].succeed()
             yield env.timeout(latency)
         done[i].succeed()
 

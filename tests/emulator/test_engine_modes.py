@@ -201,3 +201,60 @@ def test_rank_spans_match_ufunc_reductions(seed):
     np.maximum.at(want_last, src, arrive)
     np.maximum.at(want_last, dst, arrive)
     assert first.tolist() == want_first.tolist() and last.tolist() == want_last.tolist()
+
+
+# -- a connection's messages leave in order (Transfer.after) ----------------------------------
+def _two_on_one_connection(after, compute_s=0.0):
+    return Schedule([Transfer(0, 0, 1, 10_000_000),
+                     Transfer(1, 0, 1, 10_000_000, compute_s=compute_s, after=after)],
+                    (0, 1), "custom", "x", 1)
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_a_queued_message_starts_when_the_one_ahead_leaves(force):
+    # 10 MB at 10 GB/s is 1 ms. Queued: the second goes on the wire when the first's last
+    # byte leaves (1 ms), not when it arrives (1 ms + 1 us); they never share the link.
+    G = topologies.from_spec("switch:2,bw=10GB/s,lat=0.5us")
+    r = simulate(G, _two_on_one_connection(0), _force_events=force)
+    assert r.time_s == pytest.approx(2e-3 + 1e-6, rel=1e-12)
+    assert r.rank_start_s == pytest.approx((0.0, 0.0))
+    # Without the queue they share the link: both leave at 2 ms, the same makespan here...
+    shared = simulate(G, _two_on_one_connection(None), _force_events=force)
+    assert shared.time_s == pytest.approx(2e-3 + 1e-6, rel=1e-12)
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("compute_s, expect", [(0.4e-3, 2e-3), (1.5e-3, 2.5e-3)])
+def test_a_queued_message_does_its_local_work_meanwhile(force, compute_s, expect):
+    # compute_s follows the deps only: it overlaps the message ahead, and the later of the
+    # two decides when the bytes go out.
+    G = topologies.from_spec("switch:2,bw=10GB/s,lat=0.5us")
+    r = simulate(G, _two_on_one_connection(0, compute_s), _force_events=force)
+    assert r.time_s == pytest.approx(expect + 1e-6, rel=1e-12)
+
+
+def test_queued_messages_agree_between_the_engine_and_the_critical_path():
+    # A pipelined NCCL ring on one channel never shares a link: both paths time it alike.
+    G = topologies.from_spec("cluster:dgx_a100x2")
+    s = build_schedule("allreduce", "nccl_ring", 16, 1 << 22, graph=G, protocol="Simple",
+                       channels=1)
+    assert (s.after >= 0).any()
+    fast = simulate(G, s)
+    slow = simulate(G, s, _force_events=True)
+    assert fast.events == 0 and slow.events > 0
+    assert slow.time_s == pytest.approx(fast.time_s, rel=1e-9)
+    assert slow.time_s == pytest.approx(s.detail["nccl"]["predicted_s"], rel=1e-9)
+
+
+def test_after_is_validated_and_kept():
+    with pytest.raises(emulator.ScheduleError, match="after"):
+        Transfer(0, 0, 1, 10, after="x")
+    with pytest.raises(emulator.ScheduleError, match="comes after 5"):
+        Schedule([Transfer(0, 0, 1, 10, after=5)], (0, 1), "custom", "x", 1)
+    with pytest.raises(emulator.ScheduleError, match="after=1"):
+        Schedule.from_arrays(src=[0, 0], dst=[1, 1], size=[1, 1], compute_s=[0, 0],
+                             dep_ptr=[0, 0, 0], dep_idx=[], tag_code=[0, 0], tags=("",),
+                             ranks=(0, 1), op="custom", algorithm="x", nbytes=2, after=[1, -1])
+    s = _two_on_one_connection(0)
+    assert s.after.tolist() == [-1, 0]
+    assert [t.after for t in s.transfers] == [None, 0]

@@ -60,15 +60,17 @@ def test_closed_form_is_the_engine_on_uncongested_schedules(spec, op, name, prot
 
 @pytest.mark.parametrize("spec, name, nbytes, rel", [
     ("pcie_box:gpus=8,pcie_gen=4", "nccl_ring", 1 << 24, 0.05),
-    ("cluster:dgx_a100x2", "nccl_ring", 1 << 24, 0.10),
+    ("cluster:dgx_a100x2", "nccl_ring", 1 << 24, 0.15),
     ("cluster:dgx_h100x2", "nccl_nvls_tree", 1 << 24, 0.20),
     ("cluster:dgx1_v100x2", "nccl_ring", 1 << 22, 0.25),
 ])
 def test_closed_form_bounds_congested_schedules(spec, name, nbytes, rel):
     # Channels that meet on shared links at different times: the closed form is NCCL's kind
-    # of estimate (it picks the algorithm), the engine the prediction; they stay close.
+    # of estimate (it picks the algorithm), the engine the prediction; they stay close, and
+    # the closed form, which shares every link among all hops at once, is an upper bound.
     s, r = run(spec, "allreduce", name, nbytes, "Simple")
-    assert r.time_s == pytest.approx(s.detail["nccl"]["predicted_s"], rel=rel)
+    predicted = s.detail["nccl"]["predicted_s"]
+    assert predicted * (1 - rel) <= r.time_s <= predicted * (1 + 1e-9)
 
 
 def test_ring_closed_form_by_hand():

@@ -136,7 +136,7 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
         window = sums[p + 1:2 * p + 1] - sums[p + 1 - rest:2 * p + 1 - rest]
         chain = laps * d.sum() + float(window.max())
         throttle = S * float((d - lat).max()) + float(lat.max())
-        best = max(best, base + max(chain, throttle))
+        best = max(best, base + max(float(chain), throttle))
     return best
 
 
