@@ -35,3 +35,21 @@ def test_partition_is_reported_by_either():
     r._DIST_AFTER = 1
     with pytest.raises(topologies.RoutingError, match="partitioned"):
         r.path("gpu0", "gpu3")
+
+
+@pytest.mark.parametrize("lat", [1e-6, 0.02])
+def test_compiled_and_python_distance_maps_agree(lat):
+    # Costs are latency in ps x 2**20: 20-ms links overflow what a float64 holds
+    # exactly, so those maps are computed in Python; both must route as the pair search.
+    G = topologies.from_spec("leaf_spine:leaves=4,spines=3,hosts=4")
+    for a, b in G.edges:
+        G.edges[a, b]["latency"] = lat * (1 + len(str(a) + str(b)) % 3)
+    gpus = topologies.gpus(G)
+    searched = Router(G)
+    searched._DIST_AFTER = 1 << 60
+    mapped = Router(G)
+    mapped._DIST_AFTER = 1
+    for a in gpus:
+        for b in gpus:
+            assert mapped.path(a, b, 3) == searched.path(a, b, 3)
+    assert (mapped._csr is False) == (lat > 1e-3)
