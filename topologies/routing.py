@@ -265,7 +265,7 @@ class Router:
             self._dists.popitem(last=False)
         return dist
 
-    def _distances(self, b: int) -> array:
+    def _distances(self, b: int):
         """Cost from every node to core node ``b`` over core links (-1: unreachable).
 
         Dijkstra in compiled code (scipy.sparse.csgraph; costs are symmetric, so distances
@@ -303,7 +303,8 @@ class Router:
                 if not done[v] and (best[v] < 0 or nd < best[v]):
                     best[v] = nd
                     heapq.heappush(heap, (nd, v))
-        return array("q", best)
+        # Over ~8.8 s of path latency the costs leave int64: keep Python ints then.
+        return array("q", best) if max(best) < 1 << 63 else best
 
     def _unreachable(self, a: int, b: int):
         raise RoutingError(f"no path between {self._names[a]!r} and {self._names[b]!r} "

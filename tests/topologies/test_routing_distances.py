@@ -37,10 +37,11 @@ def test_partition_is_reported_by_either():
         r.path("gpu0", "gpu3")
 
 
-@pytest.mark.parametrize("lat", [1e-6, 0.02])
+@pytest.mark.parametrize("lat", [1e-6, 0.02, 5.0])
 def test_compiled_and_python_distance_maps_agree(lat):
     # Costs are latency in ps x 2**20: 20-ms links overflow what a float64 holds
-    # exactly, so those maps are computed in Python; both must route as the pair search.
+    # exactly, so those maps are computed in Python, and seconds-long paths what an int64
+    # holds; every way must route as the pair search.
     G = topologies.from_spec("leaf_spine:leaves=4,spines=3,hosts=4")
     for a, b in G.edges:
         G.edges[a, b]["latency"] = lat * (1 + len(str(a) + str(b)) % 3)
