@@ -79,7 +79,7 @@ class State(NamedTuple):
     seen: np.ndarray       # (C,) stamp: channel visited in this solve
     resid: np.ndarray      # (C,) residual capacity, bytes/s
     count: np.ndarray      # (C,) unfrozen flows of the solved set (float: exact integers)
-    paths: np.ndarray      # (P,) the solved set, first counters[2]
+    paths: np.ndarray      # (P,) the solved set, then paths only re-keyed; first counters[2]
     chans: np.ndarray      # (C,) the visited channels
     hkey: np.ndarray       # (C+E,) heap of fair shares (lazy deletion)
     hval: np.ndarray       # (C+E,)
@@ -243,10 +243,10 @@ def _compact(P, S, c):
 
 
 @kernel(allocates=False)
-def _bound(P, S):
+def _bound(P, S, n_changed):
     """``lam``: no flow slower than this can change rate (module docstring)."""
     lam = np.inf
-    for k in range(S.counters[0]):
+    for k in range(n_changed):
         p = S.changed[k]
         if S.flags[p] & 1 and S.mult0[p] > 0 and S.rate[p] < lam:
             lam = S.rate[p]
@@ -262,14 +262,30 @@ def _bound(P, S):
 @kernel(allocates=False)
 def solve(P, S, t):
     """Re-solve the rates the pending changes can affect; returns the number of paths
-    re-solved (listed first in ``S.paths``), or -1 if a rate came out non-positive."""
-    n_changed = S.counters[0]
+    re-solved (listed first in ``S.paths``, then the paths whose flows changed but not their
+    count, ``S.counters[2]`` in all), or -1 if a rate came out non-positive."""
+    n_all = S.counters[0]
     S.counters[2] = 0
-    if n_changed == 0:
+    if n_all == 0:
         return 0
+    # A path with as many flows as before (one left, the next on its connection joined) changes
+    # no rate: the allocation depends on the multiplicities only. It keeps its rate and is not
+    # a seed; it goes to the end of the list, to be re-keyed (its flows changed).
+    n_changed = n_all
+    k = 0
+    while k < n_changed:
+        p = S.changed[k]
+        if S.mult[p] == S.mult0[p]:
+            n_changed -= 1
+            S.changed[k], S.changed[n_changed] = S.changed[n_changed], p
+            for e in range(P.ptr[p], P.ptr[p + 1]):
+                if S.mult[p] > 0:
+                    S.sdat[S.where[e], 0] = S.rate[p]
+        else:
+            k += 1
     stamp = S.counters[1] + 1
     S.counters[1] = stamp
-    floor = _bound(P, S) * (1.0 - MARGIN)
+    floor = _bound(P, S, n_changed) * (1.0 - MARGIN)
     n_a = 0
     n_v = 0
     for k in range(n_changed):
@@ -359,10 +375,17 @@ def solve(P, S, t):
         load = (P.cap[c] - S.resid[c]) / P.cap[c]
         if load > S.peak[c]:
             S.peak[c] = load
-    for k in range(n_changed):
+    n_r = n_a
+    for k in range(n_changed, n_all):
+        q = S.changed[k]
+        if S.mult[q] > 0 and S.in_set[q] != stamp:
+            S.in_set[q] = stamp
+            S.paths[n_r] = q
+            n_r += 1
+    for k in range(n_all):
         S.flags[S.changed[k]] = 0
     S.counters[0] = 0
-    S.counters[2] = n_a
+    S.counters[2] = n_r
     return n_a
 
 
