@@ -51,12 +51,42 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
     parser.add_argument("--exhaustive", action="store_true",
                         help="evaluate every combination instead of the greedy search (small cases)")
-    parser.add_argument("--workers", type=int, default=1,
-                        help="local processes that simulate the distinct collective sizes first "
-                             "(worth it from a few hundred GPUs)")
+    parser.add_argument("--workers", type=_workers_arg, default="auto",
+                        help="local processes that simulate the distinct collective sizes "
+                             f"first; auto (default): one per usable core from {AUTO_FROM_GPUS} "
+                             "GPUs up, else 1")
     parser.add_argument("--out", metavar="PATH", type=output_file,
                         help="write the recommendations as JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the recommendations as JSON")
+
+
+#: From this many GPUs a search's distinct sizes take seconds each, which repays a process
+#: per core (each imports and routes the graph once, 1-2 s): measured on 2 cores, 64 GPUs
+#: 5.5 -> 4.0 s, 512 GPUs about 95 -> 53 s (benchmarks/RESULTS.md).
+AUTO_FROM_GPUS = 64
+
+
+def _workers_arg(text: str):
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not 'auto' or an integer >= 1")
+    return n
+
+
+def workers_for(workers, world_size: int) -> int:
+    """Processes for a search at ``world_size`` GPUs: ``workers``, or for ``"auto"`` the
+    usable cores from :data:`AUTO_FROM_GPUS` GPUs up and 1 below."""
+    if workers != "auto":
+        return workers
+    if world_size < AUTO_FROM_GPUS:
+        return 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, cores or 1)
 
 
 def _budget(args, trace, world_size: int):
@@ -127,7 +157,7 @@ def run(args) -> int:
         rec = emulator.recommend(trace, G, world_size=w, budget=_budget(args, trace, w),
                                  transports=args.transports, bits=args.bits, compute=compute,
                                  exhaustive=args.exhaustive, progress=progress,
-                                 workers=args.workers)
+                                 workers=workers_for(args.workers, w))
         out.append(rec)
         if not args.json:
             print(format_text(rec), flush=True)

@@ -55,3 +55,20 @@ def test_bad_budgets_are_one_line_errors(trace_path, args, message):
     code, text, err = run_cli(["recommend", "--trace", trace_path, *BASE, *args])
     assert code == 2 and text == ""
     assert message in err and err.count("\n") == 1
+
+
+def test_workers_auto_takes_the_cores_from_64_gpus(monkeypatch):
+    from qsgd_emu.commands import recommend
+
+    monkeypatch.setattr(recommend.os, "sched_getaffinity", lambda pid: {0, 1, 2}, raising=False)
+    assert recommend.workers_for("auto", recommend.AUTO_FROM_GPUS - 1) == 1
+    assert recommend.workers_for("auto", recommend.AUTO_FROM_GPUS) == 3
+    assert recommend.workers_for(2, 8) == 2
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-2"])
+def test_bad_workers_is_a_one_line_error(trace_path, value):
+    code, text, err = run_cli(["recommend", "--trace", trace_path, *BASE, "--variance-as-bits", "4",
+                               "--workers", value])
+    assert code == 2 and text == ""
+    assert f"{value!r} is not 'auto' or an integer >= 1" in err
