@@ -31,9 +31,9 @@ DEFAULTS: dict[str, Any] = {
     "bits": [32, 16, 8, 4, 2],
     "bucket": 512,
     "transports": [],  # filled from the emulator's QSGD transports at layout time
-    # Up to 32 GPUs (4 machines): under NCCL's model each larger size multiplies the work by
-    # about 4 (benchmarks/RESULTS.md, the main job); the page answers in about a minute.
-    "sizes": "8,16,32",
+    # 1 to 16 machines: the study takes about 22 s on 2 cores once the model's trace is
+    # cached, 29 s with measuring it (benchmarks/RESULTS.md, "The engine at congested scale").
+    "sizes": "8,16,32,64,128",
     "device": "",
     "metric": "throughput_samples_s",
 }
