@@ -2,7 +2,9 @@
 
 A transfer of a :class:`~emulator.collectives.Schedule` becomes a *flow* once its
 dependencies have arrived (and its ``compute_s`` of local work has passed, and any straggler
-delay of its sender). The flow follows the route :class:`topologies.Router` gives for its
+delay of its sender), and, if it is queued on a connection (``after``), once the message ahead
+of it has left: a connection's bytes go out in order, so its messages never share a link with
+each other (NCCL's rings, docs/nccl.md). The flow follows the route :class:`topologies.Router` gives for its
 (source GPU, destination GPU) and crosses the directed channels of that route. Concurrent
 flows share every channel max-min fairly (progressive filling, Bertsekas & Gallager, *Data
 Networks*, section 6.5.2); rates change only when a flow starts or its last byte leaves. A
