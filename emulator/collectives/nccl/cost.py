@@ -168,28 +168,56 @@ def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> 
 
 def _tree_hops(system: NcclSystem, rings: list) -> tuple:
     """The trees of each ring's channel, each tree edge's hop per direction (up to the root or
-    down from it) with its index in its phase, and the shared rates of a phase's hops alone
-    and of both phases at once; independent of size and protocol, so kept with the rings."""
+    down from it) with its index in its phase, and the shared rates of the first chunk's hops
+    and of both phases' hops at once; independent of size and protocol, so kept with the rings.
+
+    The first chunk crosses a tree one level at a time: up, an edge's hop runs at the height of
+    its child (leaves first); down, at the depth of its parent. So its hops share links with
+    the other trees' hops of the same phase and level, not with every hop of the phase (on
+    several nodes that over-counted sharing by up to 2x). The chunks after it keep every hop
+    of both phases busy at once."""
     key = ("tree_hops", tuple(id(rg) for rg in rings))
     kept = system.memo.get(key)
     if kept is not None and all(a is b for a, b in zip(kept[0], rings)):
         return kept[1]
     gpu = system.gpu
     per_ring = [channel_trees(system, rg) for rg in rings]
-    info, phase_hops = {}, {"up": [], "down": []}
+    info, phase_hops, level = {}, {"up": [], "down": []}, {"up": [], "down": []}
     for ring_trees in per_ring:
         for tree in ring_trees:
+            depth, height = _levels(tree)
             for (a, b), stops in tree.stops.items():
                 down = stops if stops[0] == gpu(a) else tuple(reversed(stops))
                 for phase, st in (("down", down), ("up", tuple(reversed(down)))):
                     hop = system.hop(st, tree.flow)
                     info[(id(tree), st[0], st[-1])] = (hop, phase, len(phase_hops[phase]))
                     phase_hops[phase].append(hop)
-    rate = {ph: _rates(system, hops) for ph, hops in phase_hops.items()}
+                    level[phase].append(depth[a] if phase == "down" else height[b])
+    rate: dict = {}
+    for ph, hops in phase_hops.items():
+        rate[ph] = [0.0] * len(hops)
+        for lv in set(level[ph]):
+            idx = [i for i, x in enumerate(level[ph]) if x == lv]
+            for i, r in zip(idx, _rates(system, [hops[i] for i in idx])):
+                rate[ph][i] = r
     both = _rates(system, phase_hops["up"] + phase_hops["down"])
     out = (per_ring, info, rate, both, len(phase_hops["up"]))
     system.memo[key] = (tuple(rings), out)
     return out
+
+
+def _levels(tree) -> tuple[dict, dict]:
+    """Per rank of ``tree``: its depth (root 0) and height (leaves 0)."""
+    depth = {tree.root: 0}
+    order = [tree.root]
+    for x in order:
+        for ch in tree.children.get(x, ()):
+            depth[ch] = depth[x] + 1
+            order.append(ch)
+    height: dict = {}
+    for x in reversed(order):
+        height[x] = 1 + max((height[ch] for ch in tree.children.get(x, ())), default=-1)
+    return depth, height
 
 
 def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
