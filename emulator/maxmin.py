@@ -278,8 +278,8 @@ def solve(P, S, t):
         if S.mult[p] == S.mult0[p]:
             n_changed -= 1
             S.changed[k], S.changed[n_changed] = S.changed[n_changed], p
-            for e in range(P.ptr[p], P.ptr[p + 1]):
-                if S.mult[p] > 0:
+            if S.mult[p] > 0:
+                for e in range(P.ptr[p], P.ptr[p + 1]):
                     S.sdat[S.where[e], 0] = S.rate[p]
         else:
             k += 1

@@ -339,10 +339,21 @@ class Schedule:
 
 def split(nbytes: int, parts: int) -> np.ndarray:
     """``nbytes`` split into ``parts`` integers as evenly as possible (the first get the extra)."""
-    q, r = divmod(int(nbytes), int(parts))
-    out = np.full(parts, q, dtype=np.int64)
-    out[:r] += 1
-    return out
+    return split_each([int(nbytes)], parts)[:, 0]
+
+
+def split_each(nbytes, parts: int) -> np.ndarray:
+    """:func:`split` of every entry of ``nbytes``, as columns: ``(parts, len(nbytes))``.
+
+    Examples
+    --------
+    >>> split_each([7, 2], 3).tolist()
+    [[3, 1], [2, 1], [2, 0]]
+    """
+    if int(parts) < 1:
+        raise ScheduleError(f"split: parts={parts!r} must be >= 1")
+    q, r = np.divmod(np.asarray(nbytes, dtype=np.int64), int(parts))
+    return q[None, :] + (np.arange(int(parts))[:, None] < r[None, :])
 
 
 class Builder:

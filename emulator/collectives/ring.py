@@ -17,13 +17,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._schedule import Builder, split
+from ._schedule import Builder, split, split_each
 
 
 def segment_chunks(nbytes: int, p: int, chunks: int) -> np.ndarray:
     """(p, chunks) bytes: ``nbytes`` cut into p segments, each into ``chunks`` chunks."""
-    seg = split(nbytes, p)
-    return np.stack([split(s, chunks) for s in seg]) if p else np.empty((0, chunks), np.int64)
+    return split_each(split(nbytes, p), chunks).T
 
 
 def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: int, tag,

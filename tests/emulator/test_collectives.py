@@ -378,3 +378,17 @@ def test_busbw_factor():
 def test_exports():
     assert emulator.build_schedule is build_schedule
     assert emulator.ALGORITHMS is ALGORITHMS
+
+
+def test_split_each_is_split_of_every_block():
+    from emulator.collectives._schedule import split_each
+
+    blocks = [0, 1, 7, 8, 1_000_003, 17]
+    for parts in (1, 2, 3, 8):
+        got = split_each(blocks, parts)
+        assert got.shape == (parts, len(blocks))
+        for j, n in enumerate(blocks):
+            assert got[:, j].tolist() == split(n, parts).tolist()
+            assert got[:, j].sum() == n and got[:, j].max() - got[:, j].min() <= 1
+    with pytest.raises(ScheduleError, match="parts=0"):
+        split(5, 0)

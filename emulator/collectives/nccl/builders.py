@@ -36,7 +36,7 @@ import math
 
 import numpy as np
 
-from .._schedule import Builder, Route, split
+from .._schedule import Builder, Route, split, split_each
 from ..ring import ring_pass
 from . import constants as C
 from .channels import channel_trees
@@ -105,7 +105,7 @@ def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: st
     base = C.BASE_LATENCY["Ring"][proto]
     blocks = np.asarray(blocks, dtype=np.int64)
     out = []
-    per_channel = np.stack([split(int(x), len(rings)) for x in blocks], axis=1)  # (C, ranks)
+    per_channel = split_each(blocks, len(rings))                                 # (C, ranks)
     for c, rg in enumerate(rings):
         order = np.asarray(rg.order, dtype=np.int64)
         p = len(order)

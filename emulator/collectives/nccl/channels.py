@@ -183,10 +183,8 @@ def _entry_exit(system: NcclSystem, nic: str, c: int) -> tuple:
 def base_rings(system: NcclSystem) -> tuple[list, bool]:
     """NCCL's distinct rings on ``system`` and whether they all repeat one ring (a switch);
     found once per system (rings are immutable), as NCCL searches once per communicator."""
-    kept = system.memo.get("base_rings")
-    if kept is None:
-        kept = system.memo["base_rings"] = _base_rings(system)
-    return list(kept[0]), kept[1]
+    rings, switch = system.kept("base_rings", (), lambda: _base_rings(system))
+    return list(rings), switch
 
 
 def _base_rings(system: NcclSystem) -> tuple[list, bool]:
@@ -295,10 +293,7 @@ def channel_trees(system: NcclSystem, ring: Ring) -> tuple:
     """NCCL's two trees for the channel of ``ring``: a double binary tree over nodes (tree 1
     mirrors tree 0) whose node heads are the GPUs where the ring enters each node, and a chain
     through each node's GPUs in ring order. Kept with the system per ring object."""
-    kept = system.memo.get(("trees", id(ring)))
-    if kept is None or kept[0] is not ring:
-        kept = system.memo[("trees", id(ring))] = (ring, _channel_trees(system, ring))
-    return kept[1]
+    return system.kept("trees", (ring,), lambda: _channel_trees(system, ring))
 
 
 def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:

@@ -16,7 +16,7 @@ from collections import Counter
 
 import numpy as np
 
-from .._schedule import split
+from .._schedule import split, split_each
 from . import constants as C
 from .builders import RING_OPS, _chunks, hop_latency
 from .channels import channel_trees
@@ -83,25 +83,18 @@ def _ring_hops(system: NcclSystem, rings: list) -> list:
     protocol's efficiency, whether it crosses the network, and its shared rate (bytes/s) when
     every hop of every channel runs at once. None of it depends on the size or the protocol,
     so a search over sizes computes it once (kept with the rings, which stay alive in it)."""
-    key = ("ring_hops", tuple(id(rg) for rg in rings))
-    kept = system.memo.get(key)
-    if kept is None or any(a is not b for a, b in zip(kept[0], rings)):
-        hops = [[system.hop(st, rg.flow) for st in rg.stops] for rg in rings]
-        rates = _rates(system, [h for hs in hops for h in hs])
-        out, k = [], 0
-        for hs in hops:
-            out.append((np.array([h.latency for h in hs]), np.array([h.inflation for h in hs]),
-                        np.array([h.net for h in hs], dtype=bool),
-                        np.array(rates[k:k + len(hs)])))
-            k += len(hs)
-        kept = system.memo[key] = (tuple(rings), out)
-    return kept[1]
+    return system.kept("ring_hops", tuple(rings), lambda: _make_ring_hops(system, rings))
 
 
-def _channel_segments(blocks: np.ndarray, channels: int) -> np.ndarray:
-    """Per channel, its largest share of any block (:func:`split` of each block)."""
-    q, r = np.divmod(blocks, channels)
-    return (q[:, None] + (r[:, None] > np.arange(channels)[None, :])).max(axis=0)
+def _make_ring_hops(system: NcclSystem, rings: list) -> list:
+    hops = [[system.hop(st, rg.flow) for st in rg.stops] for rg in rings]
+    rates = _rates(system, [h for hs in hops for h in hs])
+    out, k = [], 0
+    for hs in hops:
+        out.append((np.array([h.latency for h in hs]), np.array([h.inflation for h in hs]),
+                    np.array([h.net for h in hs], dtype=bool), np.array(rates[k:k + len(hs)])))
+        k += len(hs)
+    return out
 
 
 def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
@@ -117,7 +110,7 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
     Exact when every hop is alike (the chain is then the longer); a bound otherwise."""
     steps_of = RING_OPS[op][0]
     blocks = np.asarray(blocks, dtype=np.int64)
-    seg_of = _channel_segments(blocks, len(rings))
+    seg_of = split_each(blocks, len(rings)).max(axis=1)
     eff = efficiency(system, rings, "Ring", proto) if eff is None else eff
     wait = {net: hop_latency(system, net, "Ring", proto) for net in (False, True)}
     base = C.BASE_LATENCY["Ring"][proto]
@@ -176,10 +169,10 @@ def _tree_hops(system: NcclSystem, rings: list) -> tuple:
     the other trees' hops of the same phase and level, not with every hop of the phase (on
     several nodes that over-counted sharing by up to 2x). The chunks after it keep every hop
     of both phases busy at once."""
-    key = ("tree_hops", tuple(id(rg) for rg in rings))
-    kept = system.memo.get(key)
-    if kept is not None and all(a is b for a, b in zip(kept[0], rings)):
-        return kept[1]
+    return system.kept("tree_hops", tuple(rings), lambda: _make_tree_hops(system, rings))
+
+
+def _make_tree_hops(system: NcclSystem, rings: list) -> tuple:
     gpu = system.gpu
     per_ring = [channel_trees(system, rg) for rg in rings]
     info, phase_hops, level = {}, {"up": [], "down": []}, {"up": [], "down": []}
@@ -196,14 +189,14 @@ def _tree_hops(system: NcclSystem, rings: list) -> tuple:
     rate: dict = {}
     for ph, hops in phase_hops.items():
         rate[ph] = [0.0] * len(hops)
-        for lv in set(level[ph]):
-            idx = [i for i, x in enumerate(level[ph]) if x == lv]
+        by_level: dict = {}
+        for i, lv in enumerate(level[ph]):
+            by_level.setdefault(lv, []).append(i)
+        for idx in by_level.values():
             for i, r in zip(idx, _rates(system, [hops[i] for i in idx])):
                 rate[ph][i] = r
     both = _rates(system, phase_hops["up"] + phase_hops["down"])
-    out = (per_ring, info, rate, both, len(phase_hops["up"]))
-    system.memo[key] = (tuple(rings), out)
-    return out
+    return per_ring, info, rate, both, len(phase_hops["up"])
 
 
 def _levels(tree) -> tuple[dict, dict]:

@@ -218,6 +218,16 @@ class NcclSystem:
         via = ((self.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
         return (self.gpu(x), *via, self.gpu(y)), j
 
+    def kept(self, kind: str, objs: tuple, make):
+        """``make()``, computed once per ``kind`` and identity of the objects ``objs`` (rings,
+        a tree) and kept in :attr:`memo`; the entry holds the objects, so their ids cannot be
+        reused by others while it exists."""
+        key = (kind, tuple(id(o) for o in objs))
+        hit = self.memo.get(key)
+        if hit is None or any(a is not b for a, b in zip(hit[0], objs)):
+            hit = self.memo[key] = (tuple(objs), make())
+        return hit[1]
+
     def hop(self, stops: tuple, flow: int = 0) -> "Hop":
         """Path facts of a hop through node ids ``stops`` (src, via..., dst)."""
         key = (tuple(stops), flow)
