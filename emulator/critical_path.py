@@ -14,9 +14,21 @@ the flows would have shared bandwidth and :func:`emulator.simulate` falls back t
 engine. Rings on rings, switches and non-blocking fabrics, trees and the QSGD transports on
 uncongested fabrics all take this path, which is what makes thousand-GPU studies cheap.
 
-The two loops are kernels (:mod:`emulator._jit`): numba-compiled for big schedules (a
-1024-GPU ring allreduce has 2 million transfers; a Python loop over them would take
-seconds), interpreted for small ones, where loading numba would cost more than the loop.
+Two implementations of the same rules, chosen by the schedule's shape:
+
+- per wave, in numpy (:func:`waves`): a wave is a run of consecutive transfers none of which
+  waits for another of the run, so its times are a handful of array operations on earlier
+  waves' times. A 1024-GPU ring allreduce is 2,046 waves of 1,024 transfers: ~0.3 s, and no
+  numba, whose import and cached-kernel load cost ~0.35 s of a process. Its overlap check
+  follows each pair's and each shared channel's flows in index order, which is start order
+  on the textbook rings; where it is not (or a tie leaves the order open) the kernel
+  decides.
+- per transfer, in the kernels (:mod:`emulator._jit`): numba-compiled for big schedules of
+  narrow waves (pipelined chunks, where each wave holds a few transfers), interpreted for
+  small ones, where loading numba would cost more than the loop.
+
+Both give the same floats (the same operations in the same order per transfer); the tests
+hold them to equality.
 """
 from __future__ import annotations
 
@@ -118,6 +130,148 @@ def _any_overlap(flows, flow_pair, start, leave, n_pairs, chan_ptr, chan_pairs):
     return False
 
 
+# -- per wave, in numpy -------------------------------------------------------------------
+#: Mean transfers per wave from which the pass runs per wave in numpy rather than compiling
+#: its kernels: a wave costs ~20 numpy calls (~50 us) whatever its width (module docstring).
+WIDE = 64
+_BLOCK = 1 << 16
+
+
+def waves(dep_ptr, dep_idx, after, most: int | None = None):
+    """Boundaries of a schedule's waves: maximal runs of consecutive transfers none of which
+    waits (for a dependency or its ``after``) on another of its run.
+
+    Parameters
+    ----------
+    dep_ptr, dep_idx : ndarray of int
+        The dependency CSR of :class:`emulator.Schedule` (dependencies point back).
+    after : ndarray of int
+        :attr:`emulator.Schedule.after` (-1 for none).
+    most : int, optional
+        Give up (return None) past this many waves.
+
+    Returns
+    -------
+    ndarray of int64 or None
+        ``bounds``: wave ``w`` is transfers ``bounds[w]:bounds[w + 1]``.
+
+    Examples
+    --------
+    Two independent transfers, then one waiting for the first:
+
+    >>> waves(np.array([0, 0, 0, 1]), np.array([0]), np.array([-1, -1, -1])).tolist()
+    [0, 2, 3]
+    """
+    n = len(after)
+    last = np.array(after, dtype=np.int64)         # latest transfer each one waits for
+    waits = np.flatnonzero(dep_ptr[1:] > dep_ptr[:-1])
+    if len(waits):
+        last[waits] = np.maximum(last[waits], np.maximum.reduceat(dep_idx, dep_ptr[waits]))
+    # last[i] < i, so the first transfer from a on that waits for one at or after a ends the
+    # wave that starts at a; the running maximum of ``last`` finds it by bisection.
+    reach = np.maximum.accumulate(last) if n else last
+    bounds = [0]
+    a = 0
+    while a < n:
+        if most is not None and len(bounds) > most:
+            return None
+        a = max(int(np.searchsorted(reach, a, side="left")), a + 1)
+        bounds.append(a)
+    return np.asarray(bounds, dtype=np.int64)
+
+
+def _times_by_wave(bounds, dep_ptr, dep_idx, after, earliest, compute_s, dur, lat):
+    """:func:`_times` one wave at a time (``dur``: seconds on the wire, 0 for local steps;
+    ``lat``: path latency, per transfer)."""
+    n = len(dur)
+    start, leave, arrive = np.empty(n), np.empty(n), np.empty(n)
+    waits = dep_ptr[1:] > dep_ptr[:-1]
+    queued = after >= 0
+    for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        t = earliest[a:b].copy()
+        lo, hi = dep_ptr[a], dep_ptr[b]
+        if hi > lo:
+            w = np.flatnonzero(waits[a:b])
+            t[w] = np.maximum(t[w], np.maximum.reduceat(arrive[dep_idx[lo:hi]],
+                                                        dep_ptr[a:b][w] - lo))
+        t += compute_s[a:b]
+        q = np.flatnonzero(queued[a:b])
+        if len(q):
+            t[q] = np.maximum(t[q], leave[after[a:b][q]])
+        start[a:b] = t
+        t += dur[a:b]
+        leave[a:b] = t
+        arrive[a:b] = t + lat[a:b]
+    return start, leave, arrive
+
+
+def _overlap_in_index_order(bounds, flows, keys, n_keys, start, leave):
+    """:func:`_any_overlap` for schedules whose flows start in index order per key.
+
+    ``flows`` (increasing) and ``keys`` list, per flow, its pair and then every channel of its
+    route that other pairs cross too (as keys past the pairs'). Each entry's predecessor, the
+    previous entry of its key in index order, is found wave by wave; the pairs are then
+    compared as the kernel compares each key's flows sorted by start. Returns True or False
+    where that is the kernel's answer, None where it may not be: no overlap found, but a key
+    whose flows do not start in index order, or a tie in start with a flow too short to
+    overlap whichever way the kernel orders the tie.
+    """
+    m = len(flows)
+    prev = np.empty(m, dtype=np.int64)
+    last = np.full(n_keys, -1, dtype=np.int64)
+    cut = np.searchsorted(flows, bounds)
+    for lo, hi in zip(cut[:-1].tolist(), cut[1:].tolist()):
+        k = keys[lo:hi]
+        prev[lo:hi] = last[k]
+        last[k] = np.arange(lo, hi)
+    # Two entries of one key in one wave would have been given the same predecessor.
+    has = prev >= 0
+    if np.bincount(prev[has], minlength=m).max(initial=0) > 1 or \
+            np.bincount(keys[~has], minlength=n_keys).max(initial=0) > 1:
+        return None
+    bad = np.zeros(n_keys, dtype=bool)
+    hit = np.zeros(n_keys, dtype=bool)
+    # In blocks that stay in cache: a dozen temporaries of a 2-million-entry schedule would
+    # cost more in page faults than the comparisons.
+    for lo in range(0, m, _BLOCK):
+        p = prev[lo:lo + _BLOCK]
+        mine = p >= 0
+        a, b, key = flows[p[mine]], flows[lo:lo + _BLOCK][mine], keys[lo:lo + _BLOCK][mine]
+        sa, sb, la, lb = start[a], start[b], leave[a], leave[b]
+        tie = sa == sb
+        # In a tie either flow may be the kernel's first: both overlapping the other makes
+        # the answer the same whichever it takes.
+        both = (la - sa > _REL_TOL * la) & (lb - sb > _REL_TOL * lb)
+        bad[key[(sb < sa) | (tie & ~both)]] = True
+        hit[key[(tie & both) | ((sb > sa) & (la > sb + _REL_TOL * la))]] = True
+    # Two flows found overlapping overlap in the kernel's order too: its first after the
+    # earlier of them starts no later than the other.
+    if hit.any():
+        return True
+    return None if bad.any() else False
+
+
+def _shared_keys(flow_pair, n_pairs, pair_id, pair_chan, n_ch):
+    """Entries of the overlap check: per flow its pair, then each channel of its route that
+    other pairs cross too (key ``n_pairs + channel``). Returns ``(owner, keys)``, ``owner``
+    the entry's index into the flows (increasing)."""
+    crossing = np.bincount(pair_chan, minlength=n_ch)
+    shared = crossing[pair_chan] >= 2
+    if not shared.any():
+        return np.arange(len(flow_pair)), flow_pair
+    sp_ptr = np.zeros(n_pairs + 1, dtype=np.int64)      # pair -> its shared channels (CSR)
+    np.cumsum(np.bincount(pair_id[shared], minlength=n_pairs), out=sp_ptr[1:])
+    sp_key = n_pairs + pair_chan[shared]
+    count = 1 + np.diff(sp_ptr)[flow_pair]
+    owner = np.repeat(np.arange(len(flow_pair)), count)
+    rank = np.arange(len(owner)) - (np.cumsum(count) - count)[owner]   # 0: the pair entry
+    pair = flow_pair[owner]
+    keys = pair.copy()
+    ch = rank > 0
+    keys[ch] = sp_key[sp_ptr[pair[ch]] + rank[ch] - 1]
+    return owner, keys
+
+
 def contention_free(net, schedule, earliest: np.ndarray):
     """Times of ``schedule`` if none of its flows ever share a channel, else ``None``.
 
@@ -138,7 +292,6 @@ def contention_free(net, schedule, earliest: np.ndarray):
         (then only the event engine's max-min sharing gives the right answer).
     """
     s = schedule
-    use_compiled(len(s) + len(s.dep_idx))
     n_pairs = len(net.pair_ptr) - 1
     lens = np.diff(net.pair_ptr)
     pair_id = np.repeat(np.arange(n_pairs), lens)
@@ -148,20 +301,39 @@ def contention_free(net, schedule, earliest: np.ndarray):
     if len(net.pair_chan):
         np.minimum.at(rate, pair_id, net.capacity[net.pair_chan])
     moves = (s.src != s.dst) & (s.size > 0)
-    start, leave, arrive = _times(s.dep_ptr, s.dep_idx, s.after, earliest, s.compute_s,
-                                  s.size.astype(np.float64), moves, net.pair_of, rate,
-                                  net.pair_lat)
     flows = np.flatnonzero(moves)
     flow_pair = net.pair_of[flows]
-    order = np.argsort(net.pair_chan, kind="stable")
-    chan_ptr = np.zeros(n_ch + 1, dtype=np.int64)
-    np.cumsum(np.bincount(net.pair_chan, minlength=n_ch), out=chan_ptr[1:])
-    if _any_overlap(flows, flow_pair, start, leave, n_pairs, chan_ptr, pair_id[order]):
+    bounds = waves(s.dep_ptr, s.dep_idx, s.after, most=len(s) // WIDE)
+    overlap = None
+    if bounds is not None:
+        dur = np.zeros(len(s))
+        dur[flows] = (s.size if len(flows) == len(s) else s.size[flows]) / rate[flow_pair]
+        start, leave, arrive = _times_by_wave(bounds, s.dep_ptr, s.dep_idx, s.after, earliest,
+                                              s.compute_s, dur, net.pair_lat[net.pair_of])
+        owner, keys = _shared_keys(flow_pair, n_pairs, pair_id, net.pair_chan, n_ch)
+        overlap = _overlap_in_index_order(bounds, flows[owner], keys, n_pairs + n_ch, start,
+                                          leave)
+    if overlap is None:
+        use_compiled(len(s) + len(s.dep_idx))
+        if bounds is None:
+            start, leave, arrive = _times(s.dep_ptr, s.dep_idx, s.after, earliest, s.compute_s,
+                                          s.size.astype(np.float64), moves, net.pair_of, rate,
+                                          net.pair_lat)
+        order = np.argsort(net.pair_chan, kind="stable")
+        chan_ptr = np.zeros(n_ch + 1, dtype=np.int64)
+        np.cumsum(np.bincount(net.pair_chan, minlength=n_ch), out=chan_ptr[1:])
+        overlap = _any_overlap(flows, flow_pair, start, leave, n_pairs, chan_ptr,
+                               pair_id[order])
+    if overlap:
         return None
     # Per pair, then per channel of its route: bytes, busy seconds (intervals do not overlap,
     # so they add), and the one rate every flow of the pair had.
-    pair_bytes = np.bincount(flow_pair, weights=s.size[flows], minlength=n_pairs)
-    pair_busy = np.bincount(flow_pair, weights=leave[flows] - start[flows], minlength=n_pairs)
+    every = len(flows) == len(s)         # every transfer moves bytes: no gathers needed
+    pair_bytes = np.bincount(flow_pair, weights=s.size if every else s.size[flows],
+                             minlength=n_pairs)
+    busy = leave - start
+    pair_busy = np.bincount(flow_pair, weights=busy if every else busy[flows],
+                            minlength=n_pairs)
     ch_bytes = np.bincount(net.pair_chan, weights=pair_bytes[pair_id], minlength=n_ch)
     ch_busy = np.bincount(net.pair_chan, weights=pair_busy[pair_id], minlength=n_ch)
     ch_peak = np.zeros(n_ch)

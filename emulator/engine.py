@@ -198,8 +198,11 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
     if len(s):
         pos = np.zeros(max(ranks) + 1, dtype=np.int64)   # rank -> its place in ``ranks``
         pos[list(ranks)] = np.arange(len(ranks))
-        use_compiled(len(s))
-        _events.rank_spans(pos[s.src], pos[s.dst], start_t, arrive_t, first, last)
+        src, dst = pos[s.src], pos[s.dst]
+        # numpy >= 1.25 runs ufunc.at in one compiled pass (~5 ms per million transfers)
+        np.fmin.at(first, src, start_t)
+        np.fmax.at(last, src, arrive_t)
+        np.fmax.at(last, dst, arrive_t)
     first[np.isinf(first)] = 0.0
     links = tuple(
         LinkUsage(str(u), str(v), float(net.capacity[k]), int(ch_bytes[k]),

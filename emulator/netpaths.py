@@ -82,8 +82,11 @@ class _Routes:
         n = len(self.gpus)
         out = np.full(len(src), -1, dtype=np.int64)
         default = route_idx == 0
-        key = src[default] * n + dst[default]
-        missing = np.unique(key[self.default[key] < 0])
+        key = src * n + dst if default.all() else src[default] * n + dst[default]
+        # A flag per (src, dst) rather than np.unique: no sort of millions of keys.
+        seen = np.zeros(n * n, dtype=bool)
+        seen[key[self.default[key] < 0]] = True
+        missing = np.flatnonzero(seen)
         for k in missing.tolist():
             s, d = divmod(k, n)
             self.default[k] = self._add(self._route(routes[0], s, d))
@@ -172,9 +175,14 @@ class Network:
                 raise ConfigError(f"route via {missing[0]!r} is not a node of the topology "
                                   f"{G.graph.get('name', '')!r}")
         table = _routes_of(G, self.nodes)
-        net = np.flatnonzero(schedule.src != schedule.dst)
-        glob = table.paths(schedule.routes, schedule.route[net], schedule.src[net],
-                           schedule.dst[net])
+        moving = schedule.src != schedule.dst
+        if moving.all():                # no local steps: the arrays as they are, no copies
+            net = slice(None)
+            glob = table.paths(schedule.routes, schedule.route, schedule.src, schedule.dst)
+        else:
+            net = np.flatnonzero(moving)
+            glob = table.paths(schedule.routes, schedule.route[net], schedule.src[net],
+                               schedule.dst[net])
         # Local ids: the used global paths in order of id, then one empty path for local steps.
         used = np.zeros(len(table._lat) + 1, dtype=bool)
         used[glob] = True

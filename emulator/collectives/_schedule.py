@@ -247,37 +247,48 @@ class Schedule:
         if len(dep_ptr) != n + 1 or (n and (dep_ptr[0] != 0 or dep_ptr[-1] != len(dep_idx))):
             raise ScheduleError("Schedule: dep_ptr is not a CSR pointer over dep_idx")
         if n:
-            if np.any(size < 0):
+            # Whole-array reductions first; the offending entry is looked for only on failure
+            # (each elementwise temporary of a 2-million-transfer schedule is 16 MB to fault in).
+            if size.min() < 0:
                 i = int(np.argmax(size < 0))
                 raise ScheduleError(f"Schedule: transfer {int(ids[i])}: nbytes={int(size[i])} < 0")
             local = src == dst
-            if np.any(local & (size != 0)):
+            if local.any() and np.any(local & (size != 0)):
                 i = int(np.argmax(local & (size != 0)))
                 raise ScheduleError(f"Schedule: local step {int(ids[i])} carries {int(size[i])} "
                                     f"bytes")
-            if not np.all(np.isfinite(compute_s)) or np.any(compute_s < 0):
+            low = compute_s.min()
+            if not np.isfinite(low) or low < 0 or not np.isfinite(compute_s.max()):
                 raise ScheduleError("Schedule: compute_s must be finite and >= 0")
             # A lookup table of the ranks: one gather per array (np.isin sorts 2 million ids).
             top = max(ranks, default=-1)
             member = np.zeros(top + 2, dtype=bool)
             member[list(ranks)] = True
             for name, arr in (("src", src), ("dst", dst)):
+                if member[:-1].all() and arr.min() >= 0 and arr.max() <= top:
+                    continue                    # ranks 0..top, and every id in that range
                 bad = ~member[np.where((arr < 0) | (arr > top), top + 1, arr)]
                 if bad.any():
                     i = int(np.argmax(bad))
                     raise ScheduleError(f"Schedule: transfer {int(ids[i])}: {name}={int(arr[i])} "
                                         f"is not one of the ranks")
             if len(dep_idx):
-                owner = np.repeat(np.arange(n, dtype=np.int64), np.diff(dep_ptr))
-                bad = (dep_idx < 0) | (dep_idx >= owner)
-                if bad.any():
-                    k = int(np.argmax(bad))
-                    raise ScheduleError(f"Schedule: transfer {int(ids[owner[k]])} depends on index "
-                                        f"{int(dep_idx[k])}, not an earlier transfer (unknown "
+                # Each transfer's latest dependency must come before it; the first (in index
+                # order) that breaks this is named.
+                waits = np.flatnonzero(dep_ptr[1:] > dep_ptr[:-1])
+                late = np.maximum.reduceat(dep_idx, dep_ptr[waits]) >= waits
+                if late.any() or dep_idx.min() < 0:
+                    early = np.minimum.reduceat(dep_idx, dep_ptr[waits]) < 0
+                    i = int(waits[np.argmax(late | early)])
+                    row = dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
+                    k = int(row[np.argmax((row < 0) | (row >= i))])
+                    raise ScheduleError(f"Schedule: transfer {int(ids[i])} depends on index "
+                                        f"{k}, not an earlier transfer (unknown "
                                         f"dependency or a cycle)")
-            bad = (after < -1) | (after >= np.arange(n))
+            queued = np.flatnonzero(after != -1)
+            bad = (after[queued] < -1) | (after[queued] >= queued)
             if bad.any():
-                i = int(np.argmax(bad))
+                i = int(queued[np.argmax(bad)])
                 raise ScheduleError(f"Schedule: transfer {int(ids[i])}: after={int(after[i])} is not "
                                     f"-1 or the index of an earlier transfer")
             if len(tags) and (tag_code.min() < 0 or tag_code.max() >= len(tags)):
@@ -405,21 +416,23 @@ class Builder:
 
     def build(self, ranks, op, algorithm, nbytes, chunks=1) -> Schedule:
         if self._parts:
-            src = np.concatenate([p[0] for p in self._parts])
-            dst = np.concatenate([p[1] for p in self._parts])
-            size = np.concatenate([p[2] for p in self._parts])
-            compute = np.concatenate([p[3] for p in self._parts])
+            def joined(k, dtype=None):
+                # one part (a whole ring in one add): its arrays as they are, no copy
+                arrs = [p[k] for p in self._parts]
+                return np.ascontiguousarray(arrs[0], dtype) if len(arrs) == 1 else \
+                    np.concatenate(arrs).astype(dtype or arrs[0].dtype, copy=False)
+
+            src, dst, size, compute = joined(0), joined(1), joined(2), joined(3)
             counts, flat = [], []
             for p in self._parts:
                 mask = p[4] >= 0
-                counts.append(mask.sum(axis=1))
+                counts.append(np.count_nonzero(mask, axis=1))
                 flat.append(p[4][mask])
             counts = np.concatenate(counts)
             dep_idx = np.concatenate(flat)
             tag_code = np.concatenate([np.full(len(p[0]), p[5], dtype=np.int32)
                                        for p in self._parts])
-            route = np.concatenate([p[6] for p in self._parts])
-            after = np.concatenate([p[7] for p in self._parts])
+            route, after = joined(6), joined(7)
         else:
             src = dst = size = dep_idx = route = after = np.empty(0, dtype=np.int64)
             compute = np.empty(0)

@@ -90,19 +90,21 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     data = np.where(k > 0, base + ((k - 1) * p + (r - 1) % p) * c + i, -1)
     # connection: the previous chunk on this connection (chunk i-1, or step k-1's last chunk)
     conn = np.where(i > 0, ids - 1, np.where(k > 0, ids - p * c + (c - 1), -1))
-    first = ((k == 0) & (i == 0)) & np.ones((1, p, 1), dtype=bool)
-    k, r = np.broadcast_to(k, ids.shape).reshape(-1), np.broadcast_to(r, ids.shape).reshape(-1)
-    data, conn, first = data.reshape(-1), conn.reshape(-1), first.reshape(-1)
+    data, conn = data.reshape(-1), conn.reshape(-1)
+    senders = np.broadcast_to(order[None, :, None], ids.shape).reshape(-1)
+    receivers = np.broadcast_to(nxt[None, :, None], ids.shape).reshape(-1)
     deps = [data, conn] if ordered else [data]
     after = -1 if ordered else conn
     for extra in first_deps or ():
-        extra = np.asarray(extra, dtype=np.int64)
-        deps.append(np.where(first, extra[r], -1))
+        # position r's first transfer is id base + r c
+        col = np.full(ids.size, -1, dtype=np.int64)
+        col[np.arange(p) * c] = np.asarray(extra, dtype=np.int64)
+        deps.append(col)
     phases = [(tag, steps)] if isinstance(tag, str) else list(tag)
     lo = 0
     for name, n in phases:
         sl = slice(lo * p * c, (lo + n) * p * c)
-        b.add(order[r[sl]], nxt[r[sl]], nbytes[sl], [d[sl] for d in deps], name,
+        b.add(senders[sl], receivers[sl], nbytes[sl], [d[sl] for d in deps], name,
               compute_s=compute if np.isscalar(compute) else compute[sl],
               route=hop_route if np.isscalar(hop_route) else hop_route[sl],
               after=after if np.isscalar(after) else after[sl])

@@ -381,8 +381,12 @@ def format_nccl_table(rows: list[dict]) -> str:
 #: --bytes 64MB``, 392 s of wall time): the new one must agree to 1e-9.
 ALLTOALL_256_S = 5846.00e-6
 
-#: ``qsgd-emu simulate`` command lines timed with process start (the start-up cases).
+#: ``qsgd-emu simulate`` command lines timed with process start (the start-up cases): a
+#: small ring, the issue's 1024-GPU ring allreduce (the textbook ring, a target), and the same
+#: collective by NCCL's model (the default algorithm; its selection routes the NCCL trees too).
 STARTUP_COMMANDS = ("simulate --topology ring:8 --bytes 1MB",
+                    "simulate --topology fat_tree:k=16 --ranks 1024 --op allreduce "
+                    "--algorithm ring --bytes 100MB",
                     "simulate --topology fat_tree:k=16 --bytes 100MB")
 
 

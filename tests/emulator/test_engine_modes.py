@@ -184,25 +184,6 @@ def test_dependants_is_the_reverse_of_the_dependency_csr(seed):
     assert rev_ptr.tolist() == expect_ptr.tolist()
     assert rev_idx.tolist() == owners[np.argsort(dep_idx, kind="stable")].tolist()
 
-
-@pytest.mark.parametrize("seed", range(5))
-def test_rank_spans_match_ufunc_reductions(seed):
-    from emulator import events
-
-    rng = np.random.default_rng(seed)
-    n, ranks = 500, 17
-    src, dst = rng.integers(0, ranks, n), rng.integers(0, ranks, n)
-    start = rng.random(n)
-    arrive = start + rng.random(n)
-    first, last = np.full(ranks, np.inf), np.zeros(ranks)
-    events.rank_spans(src, dst, start, arrive, first, last)
-    want_first, want_last = np.full(ranks, np.inf), np.zeros(ranks)
-    np.minimum.at(want_first, src, start)
-    np.maximum.at(want_last, src, arrive)
-    np.maximum.at(want_last, dst, arrive)
-    assert first.tolist() == want_first.tolist() and last.tolist() == want_last.tolist()
-
-
 # -- a connection's messages leave in order (Transfer.after) ----------------------------------
 def _two_on_one_connection(after, compute_s=0.0):
     return Schedule([Transfer(0, 0, 1, 10_000_000),
