@@ -24,8 +24,10 @@ Two implementations of the same rules, chosen by the schedule's shape:
   on the textbook rings; where it is not (or a tie leaves the order open) the kernel
   decides.
 - per transfer, in the kernels (:mod:`emulator._jit`): numba-compiled for big schedules of
-  narrow waves (pipelined chunks, where each wave holds a few transfers), interpreted for
-  small ones, where loading numba would cost more than the loop.
+  narrow waves (pipelined chunks, where each wave holds a few transfers), for schedules whose
+  pairs share channels, and for every schedule once the kernels are compiled in the process
+  (they stop at the first overlap and need no temporaries); interpreted for small ones,
+  where loading numba would cost more than the loop.
 
 Both give the same floats (the same operations in the same order per transfer); the tests
 hold them to equality.
@@ -34,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._jit import kernel, use_compiled
+from ._jit import compiled, kernel, use_compiled
 
 # Overlaps shorter than this fraction of the time at which they happen are float noise (the
 # same relative tolerance the event engine uses to finish flows together).
@@ -134,6 +136,9 @@ def _any_overlap(flows, flow_pair, start, leave, n_pairs, chan_ptr, chan_pairs):
 #: Mean transfers per wave from which the pass runs per wave in numpy rather than compiling
 #: its kernels: a wave costs ~20 numpy calls (~50 us) whatever its width (module docstring).
 WIDE = 64
+#: Most overlap-check entries per flow (itself and the shared channels of its route) for which
+#: the check runs per wave: one flow and a switch's two ports.
+ENTRIES = 3
 _BLOCK = 1 << 16
 
 
@@ -251,10 +256,10 @@ def _overlap_in_index_order(bounds, flows, keys, n_keys, start, leave):
     return None if bad.any() else False
 
 
-def _shared_keys(flow_pair, n_pairs, pair_id, pair_chan, n_ch):
+def _shared_keys(flow_pair, n_pairs, pair_id, pair_chan, n_ch, most=None):
     """Entries of the overlap check: per flow its pair, then each channel of its route that
     other pairs cross too (key ``n_pairs + channel``). Returns ``(owner, keys)``, ``owner``
-    the entry's index into the flows (increasing)."""
+    the entry's index into the flows (increasing); ``(None, None)`` past ``most`` entries."""
     crossing = np.bincount(pair_chan, minlength=n_ch)
     shared = crossing[pair_chan] >= 2
     if not shared.any():
@@ -263,6 +268,8 @@ def _shared_keys(flow_pair, n_pairs, pair_id, pair_chan, n_ch):
     np.cumsum(np.bincount(pair_id[shared], minlength=n_pairs), out=sp_ptr[1:])
     sp_key = n_pairs + pair_chan[shared]
     count = 1 + np.diff(sp_ptr)[flow_pair]
+    if most is not None and int(count.sum()) > most:
+        return None, None
     owner = np.repeat(np.arange(len(flow_pair)), count)
     rank = np.arange(len(owner)) - (np.cumsum(count) - count)[owner]   # 0: the pair entry
     pair = flow_pair[owner]
@@ -303,14 +310,22 @@ def contention_free(net, schedule, earliest: np.ndarray):
     moves = (s.src != s.dst) & (s.size > 0)
     flows = np.flatnonzero(moves)
     flow_pair = net.pair_of[flows]
-    bounds = waves(s.dep_ptr, s.dep_idx, s.after, most=len(s) // WIDE)
+    # Per wave only to spare loading numba: once compiled, the kernels need no temporaries
+    # and stop at the first overlap. Not where channels shared by several pairs would
+    # multiply the entries to check (NCCL's channels share NVSwitch ports: those schedules
+    # overlap, and the event loop compiles anyway).
+    bounds = owner = None
+    if not compiled():
+        owner, keys = _shared_keys(flow_pair, n_pairs, pair_id, net.pair_chan, n_ch,
+                                   most=ENTRIES * len(flows))
+    if owner is not None:
+        bounds = waves(s.dep_ptr, s.dep_idx, s.after, most=len(s) // WIDE)
     overlap = None
     if bounds is not None:
         dur = np.zeros(len(s))
         dur[flows] = (s.size if len(flows) == len(s) else s.size[flows]) / rate[flow_pair]
         start, leave, arrive = _times_by_wave(bounds, s.dep_ptr, s.dep_idx, s.after, earliest,
                                               s.compute_s, dur, net.pair_lat[net.pair_of])
-        owner, keys = _shared_keys(flow_pair, n_pairs, pair_id, net.pair_chan, n_ch)
         overlap = _overlap_in_index_order(bounds, flows[owner], keys, n_pairs + n_ch, start,
                                           leave)
     if overlap is None:

@@ -137,6 +137,8 @@ def _both_paths(monkeypatch, G, sched, earliest):
     from emulator import critical_path
 
     net = _Network(G, sched)
+    monkeypatch.setattr(critical_path, "compiled", lambda: False)   # as in a fresh process
+    monkeypatch.setattr(critical_path, "ENTRIES", 100)
     monkeypatch.setattr(critical_path, "WIDE", 1)            # every schedule per wave
     waves = contention_free(net, sched, earliest)
     monkeypatch.setattr(critical_path, "WIDE", 10 ** 12)     # never: the kernels
@@ -175,6 +177,7 @@ def test_the_pass_per_wave_decides_a_ring_without_the_kernels(monkeypatch):
     called = []
     monkeypatch.setattr(critical_path, "_any_overlap", lambda *a: called.append(a) or True)
     monkeypatch.setattr(critical_path, "_times", None)
+    monkeypatch.setattr(critical_path, "compiled", lambda: False)   # as in a fresh process
     G = topologies.from_spec("fat_tree:k=16")
     sched = emulator.build_schedule("allreduce", "ring", 128, 10 ** 7, graph=G)
     assert len(sched) >= critical_path.WIDE * 2 * 127     # 254 waves of 128 transfers
@@ -239,3 +242,17 @@ def test_flows_of_one_pair_starting_together_overlap(monkeypatch):
         T(0, 0, 1, 10_000, compute_s=1e4), T(1, 2, 2, 0, compute_s=1e4),
         T(2, 0, 1, 1, deps=(1,))])
     assert waves is None and kernels is None
+
+
+def test_compiled_kernels_take_over_from_the_pass_per_wave(monkeypatch):
+    # Once numba is loaded the kernels cost nothing to start and stop at the first overlap.
+    from emulator import critical_path
+
+    def fail(*a):
+        raise AssertionError("ran per wave")
+
+    monkeypatch.setattr(critical_path, "compiled", lambda: True)
+    monkeypatch.setattr(critical_path, "_times_by_wave", fail)
+    G = topologies.from_spec("fat_tree:k=16")
+    sched = emulator.build_schedule("allreduce", "ring", 128, 10 ** 7, graph=G)
+    assert contention_free(_Network(G, sched), sched, np.zeros(len(sched))) is not None
