@@ -4,14 +4,18 @@ For each link rate (default 1 Gbit/s and 200 Mbit/s), 4 hosts on one shaped swit
 times (default 3):
 
 1. ``qsgd-emu validate testbed`` runs the harness, one gloo rank per host: allreduce and
-   allgather from 1 MiB to 16 MiB (factor 2; warm-up, repetitions, median), then DDP steps of a
-   deep MLP (6 x 1024, batch 32) whose gradients fill 7 buckets of <= 4 MiB, with DDP's fp32
-   allreduce, its fp16 allreduce and the QSGD 4-bit hook (allgather transport); every bucket's
-   ready / issued / communicated / done times are recorded;
+   allgather from 1 MiB to 16 MiB (factor 2; warm-up, repetitions, median), the same at 1, 4
+   and 16 MiB while every rank computes (a thread of matrix products per rank, as backward
+   loads the cores), then DDP steps of a deep MLP (6 x 1024, batch 32) whose gradients fill 6
+   buckets of <= 4 MiB, with DDP's fp32 allreduce, its fp16 allreduce and the QSGD 4-bit hook
+   (allgather transport); every bucket's ready / issued / communicated / done times are
+   recorded;
 2. :func:`emulator.validation.compare` fits one link latency and bandwidth on the smallest and
-   the largest size of both ops, and predicts each training step with :func:`emulator.replay`
-   (the study's own path) from the run's payload trace: the compute measured alone, the
-   buckets' ready times and the hook's own stage seconds.
+   the largest size of both ops, another on the sizes measured under load, and predicts each
+   training step with :func:`emulator.replay` (the study's own path) from the run's payload
+   trace: the compute measured alone, the buckets' ready times and the hook's own stage
+   seconds; a collective runs at the loaded links' pace while the ranks compute (backward,
+   the hook's decodes), at the idle links' otherwise.
 
 Targets, on the median over the runs: every step time (fp32, fp16, QSGD 4-bit) within 10%; QSGD
 4-bit's speedup over fp32 within 10%; the exposed communication (step minus the compute alone)

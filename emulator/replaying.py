@@ -273,7 +273,7 @@ def collective_requests(trace, net: Network, transport: str, bits=None) -> list:
 
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
            compute: ComputeModel | None = None, algorithm: str = DEFAULT_ALGORITHM, bits: int | None = None,
-           network: Network | None = None) -> Prediction:
+           network: Network | None = None, loaded=None) -> Prediction:
     """Predict one training iteration of ``trace``'s model on topology ``G``.
 
     Parameters
@@ -298,6 +298,12 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     network : Network, optional
         A :class:`Network` to reuse (its cache) across calls; overrides ``G``, ``world_size``
         and ``algorithm``.
+    loaded : networkx.Graph or Network, optional
+        The network as collectives see it while the ranks compute (links calibrated on
+        collectives measured under load, :attr:`emulator.MeasuredTrace.loaded`): where a
+        collective needs the host's CPU and ranks share cores (gloo on CPU hosts), it runs
+        far slower then. A collective progresses at this network's pace while backward or a
+        hook stage runs, at ``network``'s otherwise (module docstring). Default: the same.
 
     Returns
     -------
@@ -326,6 +332,10 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         raise ConfigError(f"compute must be a ComputeModel, got {type(compute).__name__}")
     net = network if network is not None else Network(G, world_size, algorithm)
     p = net.world_size
+    if loaded is not None and not isinstance(loaded, Network):
+        loaded = Network(loaded, p, net.algorithm)
+    if loaded is not None and loaded.world_size != p:
+        raise ConfigError(f"loaded: {loaded.world_size} ranks, the network has {p}")
     fwd, bwd, opt, ready_scale = compute.phases(trace)
 
     per_bucket = _bucket_bits(trace, bits)
@@ -357,14 +367,37 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             t += dur
         return t
 
-    timeline, codec_total, bytes_total = [], 0.0, 0.0
+    plans, per_el = [], []
     for k, b in enumerate(trace.buckets):
-        plan = bucket_plan(trace, k, transport, p, per_bucket[k])
+        plans.append(bucket_plan(trace, k, transport, p, per_bucket[k]))
         enc_el = dec_el = 0.0
         if t.compressed and b.compressed_numel:
             _, enc, dec = _bucket_payload(trace, k, configs[k][0])
             enc_el = compute.codec_seconds(enc) / b.compressed_numel
             dec_el = compute.codec_seconds(dec) / b.compressed_numel
+        per_el.append((enc_el, dec_el))
+    # backward's own work, the hook stages it runs included: it computes until then
+    all_hook_work = sum(enc_el * st.encode_numel + dec_el * st.decode_numel
+                        for plan, (enc_el, dec_el) in zip(plans, per_el)
+                        for st in plan.steps if st.kind == "stage" and st.runs_in == "hook")
+
+    def busy_intervals() -> list:
+        """When the rank computes, as known so far: backward (pushed back by the callback
+        stages so far) and the callback stages themselves, merged."""
+        spans = sorted([(0.0, wall(fwd + bwd + all_hook_work))] +
+                       [(a, a + d) for a, d in pauses])
+        out = [list(spans[0])]
+        for a, e in spans[1:]:
+            if a <= out[-1][1]:
+                out[-1][1] = max(out[-1][1], e)
+            else:
+                out.append([a, e])
+        return out
+
+    timeline, codec_total, bytes_total = [], 0.0, 0.0
+    for k, b in enumerate(trace.buckets):
+        plan = plans[k]
+        enc_el, dec_el = per_el[k]
         w_hook = max(fwd + trace.mean_ready_s(k) * ready_scale + hook_work, w_hook)
         ready = wall(w_hook)
         ends: list[float] = []
@@ -392,10 +425,14 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             if not colls:
                 issued = begin
             begin = max(begin, stream_free)
-            stream_free = begin + secs
-            comm, sent = comm + secs, sent + s
-            colls.append((step.name, begin, begin + secs))
-            ends.append(begin + secs)
+            end = begin + secs
+            if loaded is not None:
+                end = _progress_end(begin, secs, _collective_s(loaded, step)[0],
+                                    busy_intervals())
+            stream_free = end
+            comm, sent = comm + (end - begin), sent + s
+            colls.append((step.name, begin, end))
+            ends.append(end)
         enc_end = max(hook_ends, default=ready)
         comm_start = colls[0][1] if colls else enc_end
         comm_end = max((c[2] for c in colls), default=enc_end)
@@ -415,6 +452,34 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         bytes_per_gpu=bytes_total, transport=transport, bits=max(widths, default=0), world_size=p,
         algorithm=net.algorithm, topology=net.name, source=source, buckets=tuple(timeline),
         bucket_bits=widths)
+
+
+def _progress_end(begin: float, idle_s: float, busy_s: float, busy: list) -> float:
+    """When a collective begun at ``begin`` (s) ends if it takes ``idle_s`` seconds alone and
+    ``busy_s`` while the rank computes, given the (sorted, disjoint) intervals it computes in:
+    a fluid progress, 1/``busy_s`` of the work per second inside them, 1/``idle_s`` outside.
+
+    Examples
+    --------
+    Half done in 1 s of idle time, the other half at the loaded pace (4 s for the whole):
+
+    >>> _progress_end(0.0, 2.0, 4.0, [[1.0, 10.0]])
+    3.0
+    """
+    left, t = 1.0, begin
+    for a, e in busy:
+        if e <= t:
+            continue
+        if a > t:
+            if (a - t) / idle_s >= left:
+                return t + left * idle_s
+            left -= (a - t) / idle_s
+            t = a
+        if (e - t) / busy_s >= left:
+            return t + left * busy_s
+        left -= (e - t) / busy_s
+        t = e
+    return t + left * idle_s
 
 
 def _bucket_bits(trace, bits) -> list:

@@ -33,7 +33,8 @@ from emulator.validation import CollectivePoint, MeasuredTrace, TrainingPoint
 from .errors import ConfigError
 from ._checks import is_int, is_number
 
-__all__ = ["HarnessConfig", "sizes", "run", "sweep_collective", "time_training", "build_mlp"]
+__all__ = ["HarnessConfig", "ComputeLoad", "sizes", "run", "sweep_collective", "time_training",
+           "build_mlp"]
 
 SWEEP_OPS = ("allreduce", "allgather")
 
@@ -70,6 +71,10 @@ class HarnessConfig:
         buckets in the second step).
     timeout_s : float
         Process-group timeout, seconds: a dead peer fails a collective instead of hanging.
+    loaded : bool
+        Also sweep every other size while every rank computes (:class:`ComputeLoad`): the
+        collectives' times when they overlap backward, which :func:`emulator.replay` uses
+        for the parts of a step where the ranks compute.
     """
 
     ops: tuple = SWEEP_OPS
@@ -91,6 +96,7 @@ class HarnessConfig:
     seed: int = 0
     timeout_s: float = 120.0
     topology: str | None = None
+    loaded: bool = True
 
     def __post_init__(self):
         for op in self.ops:
@@ -119,6 +125,8 @@ class HarnessConfig:
         if self.train_transport not in ("allgather", "scatter_reduce_allgather"):
             raise ConfigError(f"train_transport {self.train_transport!r} not one of allgather, "
                               "scatter_reduce_allgather")
+        if not isinstance(self.loaded, bool):
+            raise ConfigError(f"loaded {self.loaded!r} must be true or false")
         if not self.timeout_s > 0:
             raise ConfigError(f"timeout_s {self.timeout_s!r} must be > 0 seconds")
 
@@ -136,8 +144,46 @@ def _group_max(values, dist):
     return t.tolist()
 
 
-def sweep_collective(op: str, nbytes: int, warmup: int, iters: int) -> CollectivePoint:
-    """Time one collective of ``nbytes`` (nccl-tests convention) on the default group."""
+class ComputeLoad:
+    """A thread that computes (float32 matrix products in torch, one intra-op thread) until the
+    ``with`` block ends: a rank's backward, as the collectives of a training step see it
+    when they overlap it. Where a collective needs the CPU (gloo: the rank's threads copy,
+    reduce and push its bytes through the kernel's TCP stack) and ranks share cores, this is
+    what slows them."""
+
+    def __init__(self, size: int = 256):
+        import threading
+
+        import torch
+
+        self._a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="compute-load", daemon=True)
+
+    def _run(self):
+        import torch
+
+        out = torch.empty_like(self._a)
+        while not self._stop.is_set():
+            torch.mm(self._a, self._a, out=out)      # releases the GIL while it runs
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+
+
+def sweep_collective(op: str, nbytes: int, warmup: int, iters: int, *,
+                     load: bool = False) -> CollectivePoint:
+    """Time one collective of ``nbytes`` (nccl-tests convention) on the default group; with
+    ``load``, while every rank computes (:class:`ComputeLoad`)."""
+    if load:
+        with ComputeLoad():
+            pt = sweep_collective(op, nbytes, warmup, iters)
+        return CollectivePoint(**{**pt.__dict__, "extra": {"load": "compute"}})
     import torch
     import torch.distributed as dist
 
@@ -365,6 +411,16 @@ def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | N
                 if log and dist.get_rank() == 0:
                     log(f"{op:10s} {pt.bytes:12d} B  {pt.time_s * 1e3:9.3f} ms  "
                         f"busbw {pt.busbw / 1e6:8.2f} MB/s")
+        loaded = []
+        if cfg.loaded:
+            # the sizes again while every rank computes (every other size of the sweep)
+            for op in cfg.ops:
+                for n in sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)[::2]:
+                    pt = sweep_collective(op, n, cfg.warmup, cfg.iters, load=True)
+                    loaded.append(pt)
+                    if log and dist.get_rank() == 0:
+                        log(f"{op:10s} {pt.bytes:12d} B  {pt.time_s * 1e3:9.3f} ms  "
+                            f"busbw {pt.busbw / 1e6:8.2f} MB/s  (ranks computing)")
         training = time_training(cfg) if cfg.train_bits else []
         if log and dist.get_rank() == 0:
             for t in training:
@@ -372,7 +428,8 @@ def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | N
         dist.barrier()
         if dist.get_rank() != 0:
             return None
-        return MeasuredTrace(environment=env, collectives=tuple(points), training=tuple(training))
+        return MeasuredTrace(environment=env, collectives=tuple(points), training=tuple(training),
+                             loaded=tuple(loaded))
     finally:
         gc.collect()
         if init and dist.is_initialized():

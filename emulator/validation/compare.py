@@ -212,9 +212,19 @@ def compare(trace: MeasuredTrace, G: nx.Graph | None = None, *, topology: str | 
     first = next(iter(fits.values()))
     cal_dict = first.to_dict() if not per_op or calibration is not None else {
         "per_op": {op: fits[op].to_dict() for op in ops}}
-    # Training steps are predicted on the links fitted to allreduce (what fp32 DDP runs).
+    # Training steps are predicted on the links fitted to allreduce (what fp32 DDP runs), and
+    # where the trace has collectives measured while the ranks computed, on links fitted to
+    # those for the parts of a step that overlap compute.
     train_cal = fits.get("allreduce", first)
-    training = training_rows(trace, graphs[id(train_cal)], predictor) if trace.training else []
+    loaded = None
+    if trace.loaded and not uncalibrated:
+        lcal = calibrate(MeasuredTrace(environment=dict(trace.environment),
+                                       collectives=trace.loaded), G, algorithm=algorithm,
+                         predictor=predictor)
+        loaded = lcal.apply(G)
+        cal_dict = {**cal_dict, "loaded": lcal.to_dict()}
+    training = training_rows(trace, graphs[id(train_cal)], predictor, loaded=loaded) \
+        if trace.training else []
     if training:
         errs = [r["speedup_rel_error"] for r in training if r.get("speedup_rel_error") is not None]
         if errs:

@@ -170,12 +170,15 @@ class MeasuredTrace:
 
     ``environment`` holds at least ``backend``, ``world_size`` and ``source`` ("harness" or
     "nccl-tests"); the harness adds hosts, devices, versions and the testbed topology spec.
+    ``loaded`` are collective points measured while every rank computed (the harness's
+    :class:`testbench.ComputeLoad`), empty where none were.
     """
 
     environment: dict
     collectives: tuple = ()
     training: tuple = ()
     extra: dict = field(default_factory=dict, compare=False)
+    loaded: tuple = ()
 
     def __post_init__(self):
         _check_environment(self.environment, "environment")
@@ -193,6 +196,8 @@ class MeasuredTrace:
         d = {"format": FORMAT, "version": VERSION, "environment": dict(self.environment),
              "collectives": [c.to_dict() for c in self.collectives],
              "training": [t.to_dict() for t in self.training]}
+        if self.loaded:
+            d["loaded"] = [c.to_dict() for c in self.loaded]
         d.update(self.extra)
         return d
 
@@ -214,12 +219,17 @@ class MeasuredTrace:
         train = d.get("training", [])
         if not isinstance(train, list):
             raise TraceError(f"training: {train!r} is not a list")
+        loaded = d.get("loaded", [])
+        if not isinstance(loaded, list):
+            raise TraceError(f"loaded: {loaded!r} is not a list")
         return cls(
             environment=dict(env),
             collectives=tuple(CollectivePoint.from_dict(c, f"collectives[{i}]") for i, c in enumerate(cols)),
             training=tuple(TrainingPoint.from_dict(t, f"training[{i}]") for i, t in enumerate(train)),
+            loaded=tuple(CollectivePoint.from_dict(c, f"loaded[{i}]") for i, c in enumerate(loaded)),
             extra={k: v for k, v in d.items()
-                   if k not in ("format", "version", "environment", "collectives", "training")},
+                   if k not in ("format", "version", "environment", "collectives", "training",
+                                "loaded")},
         )
 
     def save(self, path: str | os.PathLike) -> None:

@@ -36,16 +36,18 @@ def replay_transport(point) -> str:
     return f"qsgd_{point.transport}"
 
 
-def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate"):
+def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate",
+                     loaded: nx.Graph | None = None):
     """The :class:`emulator.Prediction` of one measured training step, or None without the
-    point's ``payload_trace`` (traces from older harnesses: there is no other formula)."""
+    point's ``payload_trace`` (traces from older harnesses: there is no other formula).
+    ``loaded``: the links as collectives see them while the ranks compute (``replay``)."""
     import qsgd
 
     data = point.get("payload_trace")
     if data is None:
         return None
     trace = qsgd.PayloadTrace.from_dict(data)
-    return replay(trace, G, transport=replay_transport(point), world_size=p)
+    return replay(trace, G, transport=replay_transport(point), world_size=p, loaded=loaded)
 
 
 def _predicted_timeline(pred) -> list[dict]:
@@ -93,15 +95,16 @@ def step_breakdown(row: dict) -> str | None:
     return "; ".join(parts)
 
 
-def training_rows(trace: MeasuredTrace, G, predictor: str) -> list[dict]:
-    """One row per training point: measured against the replay's prediction (see module doc)."""
+def training_rows(trace: MeasuredTrace, G, predictor: str, *, loaded=None) -> list[dict]:
+    """One row per training point: measured against the replay's prediction (see module doc);
+    ``loaded`` as in :func:`predict_training`."""
     p = trace.world_size
     rows, base, preds = [], {}, {}
     for t in trace.training:
         if t.transport == "allreduce" and t.bits == 32:
             base[t.model] = t
     for t in trace.training:
-        preds[id(t)] = predict_training(t, G, p, predictor=predictor)
+        preds[id(t)] = predict_training(t, G, p, predictor=predictor, loaded=loaded)
     for t in trace.training:
         pred = preds[id(t)]
         compute = t.get("compute_s")

@@ -113,6 +113,9 @@ def harness_arguments(parser: argparse.ArgumentParser) -> None:
                         help="process-group timeout, seconds (a dead peer fails, never hangs)")
     parser.add_argument("--topology", default=None,
                         help="topology spec of this set-up, kept in the trace for compare")
+    parser.add_argument("--no-loaded", dest="loaded", action="store_false",
+                        help="skip sweeping every other size again while every rank computes "
+                             "(what replay uses for collectives that overlap backward)")
 
 
 def harness_config(args):
@@ -128,7 +131,7 @@ def harness_config(args):
         train_transport=args.train_transport, width=args.width, depth=args.depth,
         batch_size=args.batch_size, bucket_cap_mb=args.bucket_cap_mb, train_warmup=args.train_warmup,
         train_steps=args.train_steps, seed=args.seed, timeout_s=args.timeout,
-        topology=args.topology)
+        topology=args.topology, loaded=args.loaded)
 
 
 def _load_trace(path):

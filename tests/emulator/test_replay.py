@@ -80,3 +80,37 @@ def test_bad_inputs_named():
         emulator.replay(_trace(), G4, world_size=5)
     with pytest.raises(emulator.ConfigError, match="bits"):
         emulator.replay(_trace(), G4, transport="fp16", bits=8, network=FixedNetwork(G4, 0.1))
+
+
+def test_a_collective_runs_at_the_loaded_pace_while_the_rank_computes():
+    # _trace(): forward 0.1 s, backward 0.2 s (to 0.3 s), the bucket ready at 0.15 s. Its
+    # allreduce takes 0.5 s alone and 2.0 s while the rank computes: the 0.15 s of backward
+    # left do 0.15 / 2.0 = 7.5 % of it, the other 92.5 % take 0.4625 s after backward: done
+    # at 0.7625 s.
+    idle, busy = FixedNetwork(G4, 0.5), FixedNetwork(G4, 2.0)
+    p = emulator.replay(_trace(), G4, transport="fp32", network=idle, loaded=busy)
+    b = p.buckets[0]
+    assert b.comm_end_s == pytest.approx(0.3 + 0.925 * 0.5) and b.comm_s == pytest.approx(0.6125)
+    # the same network loaded or not: the plain replay
+    same = emulator.replay(_trace(), G4, transport="fp32", network=idle, loaded=idle)
+    plain = emulator.replay(_trace(), G4, transport="fp32", network=idle)
+    assert same.iteration_s == plain.iteration_s and same.buckets == plain.buckets
+    # a collective that starts once backward is over never sees the load
+    late = emulator.replay(_trace(), G4, transport="fp32", network=FixedNetwork(G4, 0.01),
+                           loaded=FixedNetwork(G4, 0.02))
+    assert late.buckets[0].comm_s == pytest.approx(0.02)
+    # QSGD: the encode (1 ms, in backward's thread) delays the all_gather to 0.151 s and
+    # backward's end to 0.301 s; the decodes come after the all_gather, so it sees backward
+    # only: 0.15 s of it at the loaded pace
+    q = emulator.replay(_trace(), G4, transport="qsgd_allgather", network=idle, loaded=busy)
+    assert q.buckets[0].comm_end_s == pytest.approx(0.301 + (1 - 0.15 / 2.0) * 0.5)
+
+
+def test_progress_through_busy_and_idle_spans():
+    from emulator.replaying import _progress_end
+
+    assert _progress_end(1.0, 2.0, 2.0, [[0.0, 5.0]]) == pytest.approx(3.0)
+    assert _progress_end(1.0, 2.0, 8.0, []) == pytest.approx(3.0)
+    assert _progress_end(1.0, 2.0, 8.0, [[0.0, 100.0]]) == pytest.approx(9.0)
+    # idle 1 s (half), busy 2 s (a quarter at 8 s per collective), idle again: 0.5 s more
+    assert _progress_end(0.0, 2.0, 8.0, [[1.0, 3.0], [10.0, 11.0]]) == pytest.approx(3.5)

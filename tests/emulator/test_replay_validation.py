@@ -118,3 +118,26 @@ def test_timeline_figure_puts_measured_and_predicted_side_by_side(tmp_path):
     assert text.count("bucket timelines:") == 2 and text.count("Plotly.newPlot(") == 3
     # a row without timelines draws empty panels, not an error
     assert len(emulator.figures.timeline_comparison({"bits": 4}).data) == 0
+
+
+def test_loaded_collectives_price_the_overlap_with_backward():
+    # the harness's sweep again while the ranks compute, 3x slower: compare fits a second set
+    # of links to it and the steps' collectives that overlap backward run at that pace
+    fp32, q = training_points()
+    trace = _trace((fp32, q))
+    slow = tuple(CollectivePoint.make(c.op, c.bytes, 3 * c.time_s, 4, extra={"load": "compute"})
+                 for c in trace.collectives)
+    loaded = MeasuredTrace(environment=trace.environment, collectives=trace.collectives,
+                           training=trace.training, loaded=slow)
+    plain, with_load = compare(trace), compare(loaded)
+    assert "loaded" not in plain.calibration and "loaded" in with_load.calibration
+    links = with_load.calibration["loaded"]["links"]["ethernet"]
+    assert links["bandwidth"] == pytest.approx(20e6 / 3, rel=0.05)
+    for a, b in zip(plain.training, with_load.training):
+        assert b["predicted_s"] > a["predicted_s"]
+        G = topologies.from_spec(SPEC)
+        H = Calibration.from_dict(with_load.calibration).apply(G)
+        L = Calibration.from_dict(with_load.calibration["loaded"]).apply(G)
+        want = emulator.replay(make_trace(), H, transport=b["replay_transport"], world_size=4,
+                               loaded=L)
+        assert b["predicted_s"] == pytest.approx(want.iteration_s, rel=1e-12)

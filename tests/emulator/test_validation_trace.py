@@ -24,6 +24,10 @@ def _trace_dict():
         "training": [{"model": "mlp", "transport": "allgather", "bits": 4, "iteration_s": 0.45,
                       "samples_s": [0.44, 0.46], "bytes_per_step": 123456, "compute_s": 0.1,
                       "payload_bytes": 5000}],
+        "loaded": [
+            {"op": "allreduce", "bytes": 1048576, "time_s": 0.0450, "samples_s": [0.045],
+             "load": "compute"},
+        ],
         "comment": "kept",
     }
 
@@ -38,6 +42,13 @@ def test_round_trip_keeps_unknown_fields(tmp_path):
     again = MeasuredTrace.load(path)
     assert again.to_dict() == t.to_dict()
     assert json.loads(path.read_text())["comment"] == "kept"
+    # the points measured while the ranks computed are their own list, not collectives
+    assert [(c.op, c.time_s, c.extra) for c in again.loaded] == [
+        ("allreduce", 0.045, {"load": "compute"})]
+    assert [c.time_s for c in again.points()] == [0.0123]
+    d = _trace_dict()
+    del d["loaded"]
+    assert MeasuredTrace.from_dict(d).loaded == () and "loaded" not in MeasuredTrace.from_dict(d).to_dict()
 
 
 @pytest.mark.parametrize("mutate, field", [
@@ -55,6 +66,8 @@ def test_round_trip_keeps_unknown_fields(tmp_path):
     (lambda d: d["training"][0].update(busy_s=-0.1), "training[0].busy_s"),
     (lambda d: d["training"][0].update(codec="zip"), "training[0].codec"),
     (lambda d: d["training"][0].update(collectives_s=[0.1, "x"]), "training[0].collectives_s[1]"),
+    (lambda d: d["loaded"][0].update(time_s=0), "loaded[0].time_s"),
+    (lambda d: d.update(loaded={"op": "allreduce"}), "loaded"),
 ])
 def test_bad_fields_are_named(mutate, field):
     d = _trace_dict()

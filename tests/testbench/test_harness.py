@@ -21,6 +21,7 @@ def test_sizes_follow_nccl_tests():
     ({"iters": 0}, "iters"), ({"train_bits": (1,)}, "train_bits"),
     ({"train_transport": "ring"}, "train_transport"), ({"timeout_s": 0}, "timeout_s"),
     ({"bucket_cap_mb": 0}, "bucket_cap_mb"), ({"train_warmup": 1}, "train_warmup"),
+    ({"loaded": "yes"}, "loaded"),
 ])
 def test_config_errors_name_the_field(kw, field):
     with pytest.raises(ConfigError, match=field):
@@ -49,6 +50,9 @@ def test_spawned_sweep_writes_a_valid_trace(tmp_path, capsys):
     ag = trace.points("allgather")[0]
     assert ag.count * 4 * 2 == ag.bytes
     assert trace.training == ()
+    # every other size again, while both ranks compute
+    assert [(c.op, c.bytes) for c in trace.loaded] == [("allreduce", 65536), ("allgather", 65536)]
+    assert all(c.extra == {"load": "compute"} and len(c.samples_s) == 3 for c in trace.loaded)
 
 
 def test_spawn_reports_bad_options_before_starting(tmp_path, capsys):
@@ -74,11 +78,12 @@ def test_spawned_training_times_every_bucket_and_stores_its_replay_trace(tmp_pat
                "--min-bytes", "64KiB", "--max-bytes", "64KiB", "--iters", "2", "--train-bits", "4",
                "--width", "256", "--depth", "3", "--batch-size", "8", "--bucket-cap-mb", "0.25",
                "--train-warmup", "2", "--train-steps", "3", "--timeout", "60",
-               "--wall-timeout", "240"])
+               "--wall-timeout", "240", "--no-loaded"])
     assert rc == 0, capsys.readouterr().err
     trace = MeasuredTrace.load(out)
     pts = {(t.transport, t.bits): t for t in trace.training}
     assert set(pts) == {("allreduce", 32), ("allreduce", 16), ("allgather", 4)}
+    assert trace.loaded == ()                          # --no-loaded
     G = topologies.from_spec("switch:2")
     for (transport, bits), t in pts.items():
         assert t.get("buckets") == 3 and len(t.samples_s) == 3
