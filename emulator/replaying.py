@@ -26,7 +26,13 @@ The model of an iteration (PyTorch DDP with an asynchronous communication hook, 
 5. the optimizer step once backward and every bucket are done.
 
 Each collective's seconds come from :meth:`emulator.Network.collective` (simulated on the graph,
-cached per size, since buckets of equal size repeat). Stage seconds scale the trace's measured
+cached per size, since buckets of equal size repeat). Where collectives need the host's CPU and
+ranks share cores (gloo on CPU hosts: its threads copy, reduce and push the bytes through the
+kernel), a collective that overlaps compute takes far longer than alone; given ``loaded`` (links
+fitted to collectives measured while every rank computed), a collective progresses at that
+network's pace while its rank computes (backward, a callback stage) and at the idle pace
+otherwise: a fluid model, each second doing 1/T of the work for the T of the current state.
+The other side of that interference (collectives slowing backward) is not modelled. Stage seconds scale the trace's measured
 encode and decode seconds per element (``decode_s`` is one payload's; an allgather rank decodes
 ``p`` of them).
 """

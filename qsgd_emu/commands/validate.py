@@ -171,6 +171,8 @@ def _harness_argv(args) -> list[str]:
         value = getattr(args, opt)
         if value is not None:
             argv += [f"--{opt.replace('_', '-')}", str(value)]
+    if not args.loaded:
+        argv.append("--no-loaded")
     return argv
 
 
