@@ -32,7 +32,9 @@ kernel), a collective that overlaps compute takes far longer than alone; given `
 fitted to collectives measured while every rank computed), a collective progresses at that
 network's pace while its rank computes (backward, a callback stage) and at the idle pace
 otherwise: a fluid model, each second doing 1/T of the work for the T of the current state.
-The other side of that interference (collectives slowing backward) is not modelled. Stage seconds scale the trace's measured
+The other side of that interference, collectives slowing the compute, is ``compute_pace``: the
+rank's compute goes at that pace while a collective runs (measured by the harness as the
+compute-alone step's time with and without a collective running all the while). Stage seconds scale the trace's measured
 encode and decode seconds per element (``decode_s`` is one payload's; an allgather rank decodes
 ``p`` of them).
 """
@@ -279,7 +281,7 @@ def collective_requests(trace, net: Network, transport: str, bits=None) -> list:
 
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
            compute: ComputeModel | None = None, algorithm: str = DEFAULT_ALGORITHM, bits: int | None = None,
-           network: Network | None = None, loaded=None) -> Prediction:
+           network: Network | None = None, loaded=None, compute_pace: float = 1.0) -> Prediction:
     """Predict one training iteration of ``trace``'s model on topology ``G``.
 
     Parameters
@@ -310,6 +312,10 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         collective needs the host's CPU and ranks share cores (gloo on CPU hosts), it runs
         far slower then. A collective progresses at this network's pace while backward or a
         hook stage runs, at ``network``'s otherwise (module docstring). Default: the same.
+    compute_pace : float
+        The other side of that interference: the pace (0 < pace <= 1) of the rank's compute
+        while a collective runs, against alone (the harness measures it: compute-alone steps
+        with and without a collective running all the while). Default 1.
 
     Returns
     -------
@@ -342,6 +348,10 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         loaded = Network(loaded, p, net.algorithm)
     if loaded is not None and loaded.world_size != p:
         raise ConfigError(f"loaded: {loaded.world_size} ranks, the network has {p}")
+    if isinstance(compute_pace, bool) or not isinstance(compute_pace, (int, float)) or \
+            not 0.0 < compute_pace <= 1.0:
+        raise ConfigError(f"compute_pace={compute_pace!r} must be a number in (0, 1]")
+    pace = float(compute_pace)
     fwd, bwd, opt, ready_scale = compute.phases(trace)
 
     per_bucket = _bucket_bits(trace, bits)
@@ -363,15 +373,37 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     w_hook = 0.0           # backward thread's work clock at the end of the last hook stage
     pauses: list[tuple[float, float]] = []   # callback stages: (start, seconds), in order
 
+    spans: list[tuple[float, float]] = []   # collectives placed so far: (start, end)
+
     def wall(work: float) -> float:
         """When backward's thread has done ``work`` seconds of work: the callback stages share
-        its compute resource (the cores; a GPU's SMs) and push it back while they run."""
-        t = work
-        for start, dur in pauses:
-            if start >= t:
-                break
-            t += dur
-        return t
+        its compute resource (the cores; a GPU's SMs) and push it back while they run; while
+        a collective runs it goes at ``compute_pace``."""
+        if pace == 1.0 or not spans:
+            t = work
+            for start, dur in pauses:
+                if start >= t:
+                    break
+                t += dur
+            return t
+        # piecewise: stopped in a callback stage, at ``pace`` beside a collective, else 1
+        cuts = sorted({x for a, d in pauses for x in (a, a + d)} |
+                      {x for a, e in spans for x in (a, e)})
+        t, left = 0.0, work
+        for x, y in zip(cuts, cuts[1:]):
+            if y <= t:
+                continue
+            x = max(x, t)
+            if left <= x - t:
+                return t + left
+            left -= x - t
+            rate = 0.0 if any(a <= x < a + d for a, d in pauses) else \
+                pace if any(a <= x < e for a, e in spans) else 1.0
+            if rate > 0 and left <= (y - x) * rate:
+                return x + left / rate
+            left -= (y - x) * rate
+            t = y
+        return max(t, cuts[-1]) + left
 
     plans, per_el = [], []
     for k, b in enumerate(trace.buckets):
@@ -436,6 +468,7 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
                 end = _progress_end(begin, secs, _collective_s(loaded, step)[0],
                                     busy_intervals())
             stream_free = end
+            spans.append((begin, end))
             comm, sent = comm + (end - begin), sent + s
             colls.append((step.name, begin, end))
             ends.append(end)

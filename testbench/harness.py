@@ -33,7 +33,7 @@ from emulator.validation import CollectivePoint, MeasuredTrace, TrainingPoint
 from .errors import ConfigError
 from ._checks import is_int, is_number
 
-__all__ = ["HarnessConfig", "ComputeLoad", "sizes", "run", "sweep_collective", "time_training",
+__all__ = ["HarnessConfig", "ComputeLoad", "Traffic", "sizes", "run", "sweep_collective", "time_training",
            "build_mlp"]
 
 SWEEP_OPS = ("allreduce", "allgather")
@@ -74,7 +74,9 @@ class HarnessConfig:
     loaded : bool
         Also sweep every other size while every rank computes (:class:`ComputeLoad`): the
         collectives' times when they overlap backward, which :func:`emulator.replay` uses
-        for the parts of a step where the ranks compute.
+        for the parts of a step where the ranks compute; and time the compute-alone steps
+        again beside a running collective (:class:`Traffic`): training points then carry
+        ``compute_busy_s`` and ``compute_pace`` (alone / beside, at most 1).
     """
 
     ops: tuple = SWEEP_OPS
@@ -174,6 +176,44 @@ class ComputeLoad:
     def __exit__(self, *exc):
         self._stop.set()
         self._thread.join()
+
+
+class Traffic:
+    """Allreduces of ``nbytes``, one after another on a gloo group of their own, until the
+    ``with`` block ends (on every rank; the ranks stop together): a collective running all the
+    while, to time the compute beside it."""
+
+    def __init__(self, nbytes: int):
+        import threading
+
+        import torch
+        import torch.distributed as dist
+
+        self._group = dist.new_group(backend="gloo")
+        self._buf = torch.zeros(max(2, nbytes // 4))   # zeros: sums stay zero
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
+
+    def _run(self):
+        import torch.distributed as dist
+
+        while True:
+            # element 0 carries "stop" with the data, so every rank sees it in the same round
+            self._buf[0] = 1.0 if self._stop.is_set() else 0.0
+            dist.all_reduce(self._buf, group=self._group)
+            if self._buf[0] > 0:
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        import torch.distributed as dist
+
+        self._stop.set()
+        self._thread.join()
+        dist.destroy_process_group(self._group)
 
 
 def sweep_collective(op: str, nbytes: int, warmup: int, iters: int, *,
@@ -278,6 +318,13 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
     noop = st.NoopState()
     model0, step = make(st.noop_hook, noop)
     compute = st.gather_slowest(st.run_steps(step, noop.take, cfg.train_warmup, cfg.train_steps))
+    busy = None
+    if cfg.loaded:
+        # the same steps while a bucket-sized allreduce runs all the while on a second group:
+        # how much the collectives slow the compute (the replay's compute_pace)
+        with Traffic(cap_bytes):
+            busy = st.gather_slowest(st.run_steps(step, noop.take, cfg.train_warmup,
+                                                  cfg.train_steps))
     names = {id(q): n for n, q in model0.named_parameters()}
     layout = dict(noop.layout)
     numel = sum(q.numel() for q in model0.parameters())
@@ -289,6 +336,10 @@ def time_training(cfg: HarnessConfig) -> list[TrainingPoint]:
               "compute_timeline": st.bucket_summary(compute),
               "compute_forward_s": statistics.median(compute.forward_end),
               "compute_backward_end_s": statistics.median(compute.backward_end)}
+    if busy is not None:
+        common.update(compute_busy_s=statistics.median(busy.wall),
+                      compute_pace=min(1.0, statistics.median(compute.wall) /
+                                       statistics.median(busy.wall)))
     device = environment_device()
     first_cfg = qsgd.QSGDConfig.from_bits(cfg.train_bits[0] if cfg.train_bits else 4,
                                           bucket_size=cfg.bucket_size)

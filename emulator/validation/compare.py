@@ -223,8 +223,13 @@ def compare(trace: MeasuredTrace, G: nx.Graph | None = None, *, topology: str | 
                          predictor=predictor)
         loaded = lcal.apply(G)
         cal_dict = {**cal_dict, "loaded": lcal.to_dict()}
-    training = training_rows(trace, graphs[id(train_cal)], predictor, loaded=loaded) \
-        if trace.training else []
+    # and at the pace the harness measured the compute to keep beside a running collective
+    paces = [t.get("compute_pace") for t in trace.training if t.get("compute_pace")]
+    pace = min(1.0, statistics.median(paces)) if paces and not uncalibrated else 1.0
+    if pace != 1.0:
+        cal_dict = {**cal_dict, "compute_pace": pace}
+    training = training_rows(trace, graphs[id(train_cal)], predictor, loaded=loaded,
+                             compute_pace=pace) if trace.training else []
     if training:
         errs = [r["speedup_rel_error"] for r in training if r.get("speedup_rel_error") is not None]
         if errs:

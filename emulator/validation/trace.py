@@ -108,7 +108,9 @@ class TrainingPoint:
     ``collectives_s`` (median seconds of each of the hook's collectives, last arrival to last
     exit; only when the ranks share a clock), ``overlaps_s`` (per collective, the local work
     done while it was in flight, s), ``local_s`` and ``hook_encode_s``,
-    ``hook_decode_s``, ``hook_comm_s`` (the hook's own per-step timings, s), ``batch_size``.
+    ``hook_decode_s``, ``hook_comm_s`` (the hook's own per-step timings, s), ``batch_size``,
+    ``compute_busy_s`` (the compute-alone step beside a collective running all the while, s)
+    and ``compute_pace`` (``compute_s / compute_busy_s``, at most 1).
     """
 
     model: str
@@ -142,9 +144,13 @@ class TrainingPoint:
             raise TraceError(f"{path or 'point'}: {d!r} is not an object")
         p = f"{path}." if path else ""
         extra = {k: v for k, v in d.items() if k not in cls._KNOWN}
-        for key in ("compute_s", "encode_s", "decode_s", "busy_s", "local_s"):
+        for key in ("compute_s", "encode_s", "decode_s", "busy_s", "local_s", "compute_busy_s"):
             if key in extra:
                 number(extra[key], f"{p}{key}", nonneg=True)
+        if "compute_pace" in extra:
+            pace = number(extra["compute_pace"], f"{p}compute_pace", positive=True)
+            if pace > 1.0:
+                raise TraceError(f"{p}compute_pace: {pace!r} is not in (0, 1]")
         for key in ("collectives_s", "overlaps_s"):
             if key in extra:
                 seconds_list(extra[key], f"{p}{key}")

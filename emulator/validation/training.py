@@ -37,17 +37,18 @@ def replay_transport(point) -> str:
 
 
 def predict_training(point, G: nx.Graph, p: int, *, predictor: str = "simulate",
-                     loaded: nx.Graph | None = None):
+                     loaded: nx.Graph | None = None, compute_pace: float = 1.0):
     """The :class:`emulator.Prediction` of one measured training step, or None without the
     point's ``payload_trace`` (traces from older harnesses: there is no other formula).
-    ``loaded``: the links as collectives see them while the ranks compute (``replay``)."""
+    ``loaded``, ``compute_pace``: how compute and collectives slow each other (``replay``)."""
     import qsgd
 
     data = point.get("payload_trace")
     if data is None:
         return None
     trace = qsgd.PayloadTrace.from_dict(data)
-    return replay(trace, G, transport=replay_transport(point), world_size=p, loaded=loaded)
+    return replay(trace, G, transport=replay_transport(point), world_size=p, loaded=loaded,
+                  compute_pace=compute_pace)
 
 
 def _predicted_timeline(pred) -> list[dict]:
@@ -95,16 +96,18 @@ def step_breakdown(row: dict) -> str | None:
     return "; ".join(parts)
 
 
-def training_rows(trace: MeasuredTrace, G, predictor: str, *, loaded=None) -> list[dict]:
+def training_rows(trace: MeasuredTrace, G, predictor: str, *, loaded=None,
+                  compute_pace: float = 1.0) -> list[dict]:
     """One row per training point: measured against the replay's prediction (see module doc);
-    ``loaded`` as in :func:`predict_training`."""
+    ``loaded`` and ``compute_pace`` as in :func:`predict_training`."""
     p = trace.world_size
     rows, base, preds = [], {}, {}
     for t in trace.training:
         if t.transport == "allreduce" and t.bits == 32:
             base[t.model] = t
     for t in trace.training:
-        preds[id(t)] = predict_training(t, G, p, predictor=predictor, loaded=loaded)
+        preds[id(t)] = predict_training(t, G, p, predictor=predictor, loaded=loaded,
+                                        compute_pace=compute_pace)
     for t in trace.training:
         pred = preds[id(t)]
         compute = t.get("compute_s")

@@ -114,3 +114,18 @@ def test_progress_through_busy_and_idle_spans():
     assert _progress_end(1.0, 2.0, 8.0, [[0.0, 100.0]]) == pytest.approx(9.0)
     # idle 1 s (half), busy 2 s (a quarter at 8 s per collective), idle again: 0.5 s more
     assert _progress_end(0.0, 2.0, 8.0, [[1.0, 3.0], [10.0, 11.0]]) == pytest.approx(3.5)
+
+
+def test_backward_goes_at_the_compute_pace_while_a_collective_runs():
+    # the bucket's allreduce (0.1 s) runs from 0.15 to 0.25 s; backward, 0.15 s of work left
+    # then, does half of 0.1 s of it at pace 0.5 and the other 0.1 s after: ends at 0.35 s
+    net = FixedNetwork(G4, 0.1)
+    p = emulator.replay(_trace(), G4, transport="fp32", network=net, compute_pace=0.5)
+    assert p.iteration_s == pytest.approx(0.35 + 0.01)
+    plain = emulator.replay(_trace(), G4, transport="fp32", network=net)
+    assert plain.iteration_s == pytest.approx(0.3 + 0.01)
+    assert emulator.replay(_trace(), G4, transport="fp32", network=net,
+                           compute_pace=1.0).iteration_s == plain.iteration_s
+    for bad in (0, 1.5, -1, "0.5", True):
+        with pytest.raises(emulator.ConfigError, match="compute_pace"):
+            emulator.replay(_trace(), G4, transport="fp32", network=net, compute_pace=bad)

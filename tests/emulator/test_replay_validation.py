@@ -141,3 +141,19 @@ def test_loaded_collectives_price_the_overlap_with_backward():
         want = emulator.replay(make_trace(), H, transport=b["replay_transport"], world_size=4,
                                loaded=L)
         assert b["predicted_s"] == pytest.approx(want.iteration_s, rel=1e-12)
+
+
+def test_the_measured_compute_pace_reaches_the_replay():
+    fp32, q = training_points()
+    paced = [TrainingPoint(t.model, t.transport, t.bits, t.iteration_s,
+                           extra={**t.extra, "compute_pace": 0.8,
+                                  "compute_busy_s": t.get("compute_s") / 0.8})
+             for t in (fp32, q)]
+    rep = compare(_trace(paced), calibration=CAL)
+    assert rep.calibration["compute_pace"] == 0.8
+    H = CAL.apply(topologies.from_spec(SPEC))
+    for row in rep.training:
+        want = emulator.replay(make_trace(), H, transport=row["replay_transport"], world_size=4,
+                               compute_pace=0.8)
+        assert row["predicted_s"] == pytest.approx(want.iteration_s, rel=1e-12)
+    assert "compute_pace" not in compare(_trace((fp32, q)), calibration=CAL).calibration

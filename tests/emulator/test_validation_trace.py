@@ -67,6 +67,9 @@ def test_round_trip_keeps_unknown_fields(tmp_path):
     (lambda d: d["training"][0].update(codec="zip"), "training[0].codec"),
     (lambda d: d["training"][0].update(collectives_s=[0.1, "x"]), "training[0].collectives_s[1]"),
     (lambda d: d["loaded"][0].update(time_s=0), "loaded[0].time_s"),
+    (lambda d: d["training"][0].update(compute_pace=1.2), "training[0].compute_pace"),
+    (lambda d: d["training"][0].update(compute_pace=0), "training[0].compute_pace"),
+    (lambda d: d["training"][0].update(compute_busy_s=-1), "training[0].compute_busy_s"),
     (lambda d: d.update(loaded={"op": "allreduce"}), "loaded"),
 ])
 def test_bad_fields_are_named(mutate, field):

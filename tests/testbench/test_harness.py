@@ -78,12 +78,15 @@ def test_spawned_training_times_every_bucket_and_stores_its_replay_trace(tmp_pat
                "--min-bytes", "64KiB", "--max-bytes", "64KiB", "--iters", "2", "--train-bits", "4",
                "--width", "256", "--depth", "3", "--batch-size", "8", "--bucket-cap-mb", "0.25",
                "--train-warmup", "2", "--train-steps", "3", "--timeout", "60",
-               "--wall-timeout", "240", "--no-loaded"])
+               "--wall-timeout", "240"])
     assert rc == 0, capsys.readouterr().err
     trace = MeasuredTrace.load(out)
     pts = {(t.transport, t.bits): t for t in trace.training}
     assert set(pts) == {("allreduce", 32), ("allreduce", 16), ("allgather", 4)}
-    assert trace.loaded == ()                          # --no-loaded
+    # the compute-alone steps again beside a running allreduce: the pace the compute keeps
+    paces = {t.get("compute_pace") for t in trace.training}
+    assert len(paces) == 1 and 0 < paces.pop() <= 1
+    assert all(t.get("compute_busy_s") > 0 for t in trace.training)
     G = topologies.from_spec("switch:2")
     for (transport, bits), t in pts.items():
         assert t.get("buckets") == 3 and len(t.samples_s) == 3
@@ -110,3 +113,14 @@ def test_spawned_training_times_every_bucket_and_stores_its_replay_trace(tmp_pat
     assert [b.payload_bytes for b in ptrace.iterations[0].buckets] == [
         qsgd.payload_nbytes(b.compressed_numel, ptrace.config) for b in ptrace.buckets]
     assert q.bytes_per_step < pts[("allreduce", 16)].bytes_per_step < pts[("allreduce", 32)].bytes_per_step
+
+
+def test_no_loaded_reaches_every_spawned_rank(tmp_path):
+    from qsgd_emu.cli import build_parser
+    from qsgd_emu.commands.validate import _harness_argv, harness_config
+
+    argv = ["validate", "run", "--spawn", "2", "--out", str(tmp_path / "t.json")]
+    args = build_parser(argv).parse_args(argv)
+    assert harness_config(args).loaded and "--no-loaded" not in _harness_argv(args)
+    args = build_parser(argv + ["--no-loaded"]).parse_args(argv + ["--no-loaded"])
+    assert not harness_config(args).loaded and "--no-loaded" in _harness_argv(args)
