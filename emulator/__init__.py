@@ -12,6 +12,8 @@ torch is imported only by the functions that read a :class:`qsgd.PayloadTrace`.
 >>> round(r.time_s * 1e6, 2)   # 2(p-1) (alpha + n/(p B)) = 6 (1 + 100) us
 606.0
 """
+import importlib
+
 from .closed_form import closed_form
 from .collectives import (ALGORITHMS, NCCL_ALGORITHMS, Route, Schedule, Transfer, build_schedule,
                           busbw_factor)
@@ -22,16 +24,40 @@ from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError
                      TraceError)
 from .faults import DegradedLink, Fault, RemovedLink, Straggler
 from .network import Network
-from .replaying import TRANSPORTS, Prediction, bucket_plan, collective_requests, replay
 from .recommend import Budget, Candidate, Recommendation, VarianceModel, pareto_front, recommend
-from .report import write_report
 from .result import CollectiveResult
-from .study import StudyConfig, placement_notes, run_study, topology_for
-from .studyresult import Study, StudyRow, read_study
-from . import figures
 from .sweep import size_sweep, sweep_sizes
-from .validation import (CollectivePoint, MeasuredTrace, TrainingPoint, ValidationReport,
-                         calibrate, compare, import_nccl_tests)
+
+# The layers above the engine (replay, studies, reports, validation) load on first use (PEP
+# 562): ``qsgd-emu simulate`` needs none of them. (``recommend`` stays eager: a lazy import
+# of emulator.recommend would bind the module over the function of the same name.)
+_LAZY = {
+    ".replaying": ("TRANSPORTS", "Prediction", "bucket_plan", "collective_requests", "replay"),
+    ".report": ("write_report",),
+    ".study": ("StudyConfig", "placement_notes", "run_study", "topology_for"),
+    ".studyresult": ("Study", "StudyRow", "read_study"),
+    ".validation": ("CollectivePoint", "MeasuredTrace", "TrainingPoint", "ValidationReport",
+                    "calibrate", "compare", "import_nccl_tests"),
+}
+_HOME = {name: module for module, names in _LAZY.items() for name in names}
+_SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult")
+
+
+def __getattr__(name):
+    if name in _HOME:
+        module = importlib.import_module(_HOME[name], __name__)
+        for exported in _LAZY[_HOME[name]]:
+            globals()[exported] = getattr(module, exported)
+        return globals()[name]
+    if name in _SUBMODULES:
+        value = globals()[name] = importlib.import_module(f".{name}", __name__)
+        return value
+    raise AttributeError(f"module 'emulator' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_HOME) | set(_SUBMODULES))
+
 
 __all__ = [
     "EmulatorError", "ConfigError", "ScheduleError", "SimulationError", "TraceError",

@@ -228,12 +228,10 @@ def _overlap_in_index_order(bounds, flows, keys, n_keys, start, leave):
     for lo, hi in zip(cut[:-1].tolist(), cut[1:].tolist()):
         k = keys[lo:hi]
         prev[lo:hi] = last[k]
-        last[k] = np.arange(lo, hi)
-    # Two entries of one key in one wave would have been given the same predecessor.
-    has = prev >= 0
-    if np.bincount(prev[has], minlength=m).max(initial=0) > 1 or \
-            np.bincount(keys[~has], minlength=n_keys).max(initial=0) > 1:
-        return None
+        here = np.arange(lo, hi)
+        last[k] = here
+        if (last[k] != here).any():
+            return None         # a key twice in one wave: which is first is the kernel's call
     bad = np.zeros(n_keys, dtype=bool)
     hit = np.zeros(n_keys, dtype=bool)
     # In blocks that stay in cache: a dozen temporaries of a 2-million-entry schedule would
