@@ -146,28 +146,18 @@ def _group_max(values, dist):
     return t.tolist()
 
 
-class ComputeLoad:
-    """A thread that computes (float32 matrix products in torch, one intra-op thread) until the
-    ``with`` block ends: a rank's backward, as the collectives of a training step see it
-    when they overlap it. Where a collective needs the CPU (gloo: the rank's threads copy,
-    reduce and push its bytes through the kernel's TCP stack) and ranks share cores, this is
-    what slows them."""
+class _Background:
+    """A daemon thread running ``_run`` from the ``with`` block's start to its end; ``_run``
+    returns once ``self._stop`` is set."""
 
-    def __init__(self, size: int = 256):
+    def __init__(self, name: str):
         import threading
 
-        import torch
-
-        self._a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="compute-load", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
 
     def _run(self):
-        import torch
-
-        out = torch.empty_like(self._a)
-        while not self._stop.is_set():
-            torch.mm(self._a, self._a, out=out)      # releases the GIL while it runs
+        raise NotImplementedError
 
     def __enter__(self):
         self._thread.start()
@@ -178,21 +168,39 @@ class ComputeLoad:
         self._thread.join()
 
 
-class Traffic:
+class ComputeLoad(_Background):
+    """A thread that computes (float32 matrix products in torch, one intra-op thread) until the
+    ``with`` block ends: a rank's backward, as the collectives of a training step see it
+    when they overlap it. Where a collective needs the CPU (gloo: the rank's threads copy,
+    reduce and push its bytes through the kernel's TCP stack) and ranks share cores, this is
+    what slows them."""
+
+    def __init__(self, size: int = 256):
+        import torch
+
+        super().__init__("compute-load")
+        self._a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
+
+    def _run(self):
+        import torch
+
+        out = torch.empty_like(self._a)
+        while not self._stop.is_set():
+            torch.mm(self._a, self._a, out=out)      # releases the GIL while it runs
+
+
+class Traffic(_Background):
     """Allreduces of ``nbytes``, one after another on a gloo group of their own, until the
     ``with`` block ends (on every rank; the ranks stop together): a collective running all the
     while, to time the compute beside it."""
 
     def __init__(self, nbytes: int):
-        import threading
-
         import torch
         import torch.distributed as dist
 
+        super().__init__("traffic")
         self._group = dist.new_group(backend="gloo")
         self._buf = torch.zeros(max(2, nbytes // 4))   # zeros: sums stay zero
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="traffic", daemon=True)
 
     def _run(self):
         import torch.distributed as dist
@@ -204,15 +212,10 @@ class Traffic:
             if self._buf[0] > 0:
                 return
 
-    def __enter__(self):
-        self._thread.start()
-        return self
-
     def __exit__(self, *exc):
         import torch.distributed as dist
 
-        self._stop.set()
-        self._thread.join()
+        super().__exit__(*exc)
         dist.destroy_process_group(self._group)
 
 
