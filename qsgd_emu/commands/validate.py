@@ -307,6 +307,16 @@ def _compare(args) -> int:
     if s.get("points"):
         print(f"held-out points: {s['points']}, median |error| {s['median_abs_rel_error']:.1%}, "
               f"max |error| {s['max_abs_rel_error']:.1%}")
+    loaded = report.calibration.get("loaded")
+    if report.training and loaded:
+        links = "; ".join(f"{k} latency {v['alpha_s'] * 1e6:.1f} us, bandwidth "
+                          f"{v['bandwidth'] / 1e6:.1f} MB/s"
+                          for k, v in loaded.get("links", {}).items())
+        print(f"training steps: collectives overlapping compute on links fitted under load "
+              f"({links})")
+    if report.training and "compute_pace" in report.calibration:
+        print(f"training steps: compute at {report.calibration['compute_pace']:.2f} of its pace "
+              f"while a collective runs (measured)")
     for t in report.training:
         line = (f"train {t['model']} {t['transport']:10s} {t['bits']:2d} bits: measured "
                 f"{t['measured_s'] * 1e3:.1f} ms")

@@ -79,3 +79,21 @@ def test_import_cli_round_trip(tmp_path, capsys):
     assert main(["validate", "import-nccl-tests", str(DATA / "all_reduce_perf_truncated.log"),
                  "--out", str(out)]) == 2
     assert "line 37" in capsys.readouterr().err
+
+
+def test_compare_says_how_the_overlap_was_priced(tmp_path, capsys):
+    from emulator.validation.trace import TrainingPoint
+    from tests.emulator.test_replay_validation import _trace, training_points
+
+    trace = _trace([TrainingPoint(t.model, t.transport, t.bits, t.iteration_s,
+                                  extra={**t.extra, "compute_pace": 0.8})
+                    for t in training_points()])
+    slow = tuple(CollectivePoint.make(c.op, c.bytes, 3 * c.time_s, 4, extra={"load": "compute"})
+                 for c in trace.collectives)
+    path = tmp_path / "t.json"
+    MeasuredTrace(environment=trace.environment, collectives=trace.collectives,
+                  training=trace.training, loaded=slow).save(path)
+    assert main(["validate", "compare", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "links fitted under load (ethernet latency" in out
+    assert "compute at 0.80 of its pace while a collective runs" in out
