@@ -72,7 +72,8 @@ class HarnessConfig:
     timeout_s : float
         Process-group timeout, seconds: a dead peer fails a collective instead of hanging.
     loaded : bool
-        Also sweep every other size while every rank computes (:class:`ComputeLoad`): the
+        Also sweep every other size while every rank computes (:class:`ComputeLoad`, three
+        times ``iters`` repetitions): the
         collectives' times when they overlap backward, which :func:`emulator.replay` uses
         for the parts of a step where the ranks compute; and time the compute-alone steps
         again beside a running collective (:class:`Traffic`): training points then carry
@@ -467,10 +468,12 @@ def run(cfg: HarnessConfig, *, init: bool = True, log=None) -> MeasuredTrace | N
                         f"busbw {pt.busbw / 1e6:8.2f} MB/s")
         loaded = []
         if cfg.loaded:
-            # the sizes again while every rank computes (every other size of the sweep)
+            # the sizes again while every rank computes (every other size of the sweep), with
+            # three times the repetitions: waits for a core make these times heavy-tailed (a
+            # 1 MiB allgather took 6 to 102 ms in one set of five on the 2-core testbed)
             for op in cfg.ops:
                 for n in sizes(cfg.min_bytes, cfg.max_bytes, cfg.factor)[::2]:
-                    pt = sweep_collective(op, n, cfg.warmup, cfg.iters, load=True)
+                    pt = sweep_collective(op, n, cfg.warmup, 3 * cfg.iters, load=True)
                     loaded.append(pt)
                     if log and dist.get_rank() == 0:
                         log(f"{op:10s} {pt.bytes:12d} B  {pt.time_s * 1e3:9.3f} ms  "

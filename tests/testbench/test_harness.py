@@ -52,7 +52,7 @@ def test_spawned_sweep_writes_a_valid_trace(tmp_path, capsys):
     assert trace.training == ()
     # every other size again, while both ranks compute
     assert [(c.op, c.bytes) for c in trace.loaded] == [("allreduce", 65536), ("allgather", 65536)]
-    assert all(c.extra == {"load": "compute"} and len(c.samples_s) == 3 for c in trace.loaded)
+    assert all(c.extra == {"load": "compute"} and len(c.samples_s) == 9 for c in trace.loaded)
 
 
 def test_spawn_reports_bad_options_before_starting(tmp_path, capsys):
