@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._jit import compiled, kernel, use_compiled
+from .collectives._schedule import latest_dependency
 
 # Overlaps shorter than this fraction of the time at which they happen are float noise (the
 # same relative tolerance the event engine uses to finish flows together).
@@ -168,10 +169,7 @@ def waves(dep_ptr, dep_idx, after, most: int | None = None):
     [0, 2, 3]
     """
     n = len(after)
-    last = np.array(after, dtype=np.int64)         # latest transfer each one waits for
-    waits = np.flatnonzero(dep_ptr[1:] > dep_ptr[:-1])
-    if len(waits):
-        last[waits] = np.maximum(last[waits], np.maximum.reduceat(dep_idx, dep_ptr[waits]))
+    last = np.maximum(after, latest_dependency(dep_ptr, dep_idx))   # what each one waits for
     # last[i] < i, so the first transfer from a on that waits for one at or after a ends the
     # wave that starts at a; the running maximum of ``last`` finds it by bisection.
     reach = np.maximum.accumulate(last) if n else last

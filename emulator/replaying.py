@@ -34,8 +34,8 @@ network's pace while its rank computes (backward, a callback stage) and at the i
 otherwise: a fluid model, each second doing 1/T of the work for the T of the current state.
 The other side of that interference, collectives slowing the compute, is ``compute_pace``: the
 rank's compute goes at that pace while a collective runs (measured by the harness as the
-compute-alone step's time with and without a collective running all the while). Stage seconds scale the trace's measured
-encode and decode seconds per element (``decode_s`` is one payload's; an allgather rank decodes
+compute-alone step's time with and without a collective running all the while). Stage seconds
+scale the trace's measured encode and decode seconds per element (``decode_s`` is one payload's; an allgather rank decodes
 ``p`` of them).
 """
 from __future__ import annotations
@@ -295,30 +295,17 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         its compute resource (the cores; a GPU's SMs) and push it back while they run; while
         a collective runs it goes at ``compute_pace``."""
         if pace == 1.0 or not spans:
-            t = work
-            for start, dur in pauses:
-                if start >= t:
-                    break
-                t += dur
-            return t
-        # piecewise: stopped in a callback stage, at ``pace`` beside a collective, else 1
+            return _advance(0.0, work, 1.0, [(a, a + d, 0.0) for a, d in pauses])
+        # stopped in a callback stage, at ``pace`` beside a collective, else at 1
         cuts = sorted({x for a, d in pauses for x in (a, a + d)} |
                       {x for a, e in spans for x in (a, e)})
-        t, left = 0.0, work
+        pieces = []
         for x, y in zip(cuts, cuts[1:]):
-            if y <= t:
-                continue
-            x = max(x, t)
-            if left <= x - t:
-                return t + left
-            left -= x - t
-            rate = 0.0 if any(a <= x < a + d for a, d in pauses) else \
-                pace if any(a <= x < e for a, e in spans) else 1.0
-            if rate > 0 and left <= (y - x) * rate:
-                return x + left / rate
-            left -= (y - x) * rate
-            t = y
-        return max(t, cuts[-1]) + left
+            if any(a <= x < a + d for a, d in pauses):
+                pieces.append((x, y, 0.0))
+            elif any(a <= x < e for a, e in spans):
+                pieces.append((x, y, pace))
+        return _advance(0.0, work, 1.0, pieces)
 
     plans, per_el = [], []
     for k, b in enumerate(trace.buckets):
@@ -408,10 +395,37 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         bucket_bits=widths)
 
 
+def _advance(begin: float, work: float, rate: float, pieces) -> float:
+    """When ``work`` is done, started at ``begin`` (s) and going at ``rate`` per second except
+    inside ``pieces``, sorted disjoint ``(start, end, rate)`` intervals with rates of their own
+    (0: stopped). Backward's clock and a collective's progress are both this fluid model.
+
+    Examples
+    --------
+    Two seconds of work at 1 per second, stopped from 1 s to 3 s:
+
+    >>> _advance(0.0, 2.0, 1.0, [(1.0, 3.0, 0.0)])
+    4.0
+    """
+    left, t = work, begin
+    for a, e, r in pieces:
+        if e <= t:
+            continue
+        if a > t:
+            if (a - t) * rate >= left:
+                return t + left / rate
+            left -= (a - t) * rate
+            t = a
+        if r > 0 and (e - t) * r >= left:
+            return t + left / r
+        left -= (e - t) * r
+        t = e
+    return t + left / rate
+
+
 def _progress_end(begin: float, idle_s: float, busy_s: float, busy: list) -> float:
     """When a collective begun at ``begin`` (s) ends if it takes ``idle_s`` seconds alone and
-    ``busy_s`` while the rank computes, given the (sorted, disjoint) intervals it computes in:
-    a fluid progress, 1/``busy_s`` of the work per second inside them, 1/``idle_s`` outside.
+    ``busy_s`` while the rank computes, given the (sorted, disjoint) intervals it computes in.
 
     Examples
     --------
@@ -420,20 +434,7 @@ def _progress_end(begin: float, idle_s: float, busy_s: float, busy: list) -> flo
     >>> _progress_end(0.0, 2.0, 4.0, [[1.0, 10.0]])
     3.0
     """
-    left, t = 1.0, begin
-    for a, e in busy:
-        if e <= t:
-            continue
-        if a > t:
-            if (a - t) / idle_s >= left:
-                return t + left * idle_s
-            left -= (a - t) / idle_s
-            t = a
-        if (e - t) / busy_s >= left:
-            return t + left * busy_s
-        left -= (e - t) / busy_s
-        t = e
-    return t + left * idle_s
+    return _advance(begin, 1.0, 1.0 / idle_s, [(a, e, 1.0 / busy_s) for a, e in busy])
 
 
 def _bucket_bits(trace, bits) -> list:

@@ -18,6 +18,7 @@ per namespace of :mod:`.testbed`); rank 0 writes a :class:`MeasuredTrace`:
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import gc
 import os
@@ -227,7 +228,7 @@ def sweep_collective(op: str, nbytes: int, warmup: int, iters: int, *,
     if load:
         with ComputeLoad():
             pt = sweep_collective(op, nbytes, warmup, iters)
-        return CollectivePoint(**{**pt.__dict__, "extra": {"load": "compute"}})
+        return dataclasses.replace(pt, extra={"load": "compute"})
     import torch
     import torch.distributed as dist
 

@@ -275,11 +275,11 @@ class Schedule:
             if len(dep_idx):
                 # Each transfer's latest dependency must come before it; the first (in index
                 # order) that breaks this is named.
-                waits = np.flatnonzero(dep_ptr[1:] > dep_ptr[:-1])
-                late = np.maximum.reduceat(dep_idx, dep_ptr[waits]) >= waits
-                if late.any() or dep_idx.min() < 0:
+                latest = latest_dependency(dep_ptr, dep_idx)
+                if (latest >= np.arange(n)).any() or dep_idx.min() < 0:
+                    waits = np.flatnonzero(dep_ptr[1:] > dep_ptr[:-1])
                     early = np.minimum.reduceat(dep_idx, dep_ptr[waits]) < 0
-                    i = int(waits[np.argmax(late | early)])
+                    i = int(waits[np.argmax((latest[waits] >= waits) | early)])
                     row = dep_idx[dep_ptr[i]:dep_ptr[i + 1]]
                     k = int(row[np.argmax((row < 0) | (row >= i))])
                     raise ScheduleError(f"Schedule: transfer {int(ids[i])} depends on index "
@@ -346,6 +346,21 @@ class Schedule:
     def deps_of(self, i: int) -> np.ndarray:
         """Indices of the transfers that transfer index ``i`` waits for."""
         return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+
+def latest_dependency(dep_ptr, dep_idx) -> np.ndarray:
+    """Per transfer, the largest index it depends on (-1 for none), from a dependency CSR.
+
+    Examples
+    --------
+    >>> latest_dependency(np.array([0, 0, 2, 3]), np.array([0, 1, 0])).tolist()
+    [-1, 1, 0]
+    """
+    latest = np.full(len(dep_ptr) - 1, -1, dtype=np.int64)
+    waits = np.flatnonzero(dep_ptr[1:] > dep_ptr[:-1])
+    if len(waits):
+        latest[waits] = np.maximum.reduceat(dep_idx, dep_ptr[waits])
+    return latest
 
 
 def split(nbytes: int, parts: int) -> np.ndarray:
@@ -416,11 +431,10 @@ class Builder:
 
     def build(self, ranks, op, algorithm, nbytes, chunks=1) -> Schedule:
         if self._parts:
-            def joined(k, dtype=None):
-                # one part (a whole ring in one add): its arrays as they are, no copy
+            def joined(k):
+                # one add (an allgather's whole ring): its arrays as they are where contiguous
                 arrs = [p[k] for p in self._parts]
-                return np.ascontiguousarray(arrs[0], dtype) if len(arrs) == 1 else \
-                    np.concatenate(arrs).astype(dtype or arrs[0].dtype, copy=False)
+                return np.ascontiguousarray(arrs[0]) if len(arrs) == 1 else np.concatenate(arrs)
 
             src, dst, size, compute = joined(0), joined(1), joined(2), joined(3)
             counts, flat = [], []

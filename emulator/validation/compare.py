@@ -225,7 +225,7 @@ def compare(trace: MeasuredTrace, G: nx.Graph | None = None, *, topology: str | 
         cal_dict = {**cal_dict, "loaded": lcal.to_dict()}
     # and at the pace the harness measured the compute to keep beside a running collective
     paces = [t.get("compute_pace") for t in trace.training if t.get("compute_pace")]
-    pace = min(1.0, statistics.median(paces)) if paces and not uncalibrated else 1.0
+    pace = statistics.median(paces) if paces and not uncalibrated else 1.0
     if pace != 1.0:
         cal_dict = {**cal_dict, "compute_pace": pace}
     training = training_rows(trace, graphs[id(train_cal)], predictor, loaded=loaded,
