@@ -77,6 +77,15 @@ class _Routes:
             out.extend(map(dict.__getitem__, map(chan_of.__getitem__, p[:-1]), p[1:]))
         return out
 
+    def _default_path(self, route, s: int, d: int) -> int:
+        """The default route's path id of (s, d), added if new. The numpy copies are synced
+        once per :meth:`paths` call, not per path: per path they made a million-pair
+        all-to-all quadratic."""
+        k = s * len(self.gpus) + d
+        if self.default[k] < 0:
+            self.default[k] = self._add(self._route(route, s, d))
+        return int(self.default[k])
+
     def paths(self, routes, route_idx: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Global path ids of the (route, src, dst) triples (arrays of equal length)."""
         n = len(self.gpus)
@@ -88,8 +97,7 @@ class _Routes:
         seen[key[self.default[key] < 0]] = True
         missing = np.flatnonzero(seen)
         for k in missing.tolist():
-            s, d = divmod(k, n)
-            self.default[k] = self._add(self._route(routes[0], s, d))
+            self._default_path(routes[0], *divmod(k, n))
         out[default] = self.default[key]
         rest = np.flatnonzero(~default)
         if len(rest):
@@ -106,8 +114,7 @@ class _Routes:
                     chans = tuple(self._route(routes[r], s, d))
                     pid = self.by_channels.get(chans)
                     if pid is None:
-                        base = self.paths(routes, np.zeros(1, dtype=np.int64),
-                                          np.array([s]), np.array([d]))[0]
+                        base = self._default_path(routes[0], s, d)
                         same = tuple(self.chan[self.ptr[base]:self.ptr[base + 1]]) == chans
                         pid = base if same else self._add(list(chans))
                         self.by_channels[chans] = pid

@@ -46,3 +46,23 @@ def test_routes_survive_the_transfer_view_and_are_validated():
         Route(via=(3,))
     with pytest.raises(emulator.ConfigError, match="'nowhere' is not a node"):
         emulator.simulate(topologies.from_spec("switch:16"), _one(Route(via=("nowhere",))))
+
+
+def test_explicit_routes_are_synced_once_per_lookup_not_once_per_route(monkeypatch):
+    # NCCL's all-to-all gives each pair of nodes' GPUs a route through a proxy GPU and two
+    # NICs; copying the routing tables once per new route made a 1024-GPU all-to-all quadratic
+    from emulator import netpaths
+
+    G = topologies.from_spec("cluster:dgx_a100x2")
+    sched = emulator.build_schedule("alltoall", "nccl_p2p", list(range(16)), 16 << 20, graph=G)
+    assert len(sched.routes) > 8
+    calls = []
+    real = netpaths._Routes._sync
+    monkeypatch.setattr(netpaths._Routes, "_sync", lambda self: (calls.append(1), real(self)))
+    res = emulator.simulate(G, sched)
+    assert len(calls) == 1
+    again = emulator.simulate(G, sched)          # routed already: nothing new to sync
+    assert len(calls) == 1 and again.time_s == res.time_s
+    monkeypatch.undo()
+    fresh = emulator.simulate(topologies.from_spec("cluster:dgx_a100x2"), sched)
+    assert fresh.time_s == res.time_s
