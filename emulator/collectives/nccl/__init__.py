@@ -28,7 +28,7 @@ import numpy as np
 
 from ...errors import ConfigError
 from .._schedule import Builder, check_ranks
-from . import builders, constants, cost
+from . import builders, constants, cost, p2p
 from .channels import base_rings, channel_rings, channel_trees
 from .constants import ALGOS, PROTOCOLS
 from .system import NcclSystem
@@ -155,7 +155,7 @@ def _time(system, rings, op, algo, proto, nbytes, blocks=None) -> float:
         return cost.nvls_time(system, nbytes)
     if algo == "NVLSTree":
         return cost.nvls_tree_time(system, rings, nbytes)
-    return cost.p2p_time(system, _a2a_sizes(system, nbytes), proto)
+    return p2p.time(system, _a2a_sizes(system, nbytes), proto)
 
 
 def _blocks(system: NcclSystem, op: str, nbytes: int):
@@ -166,11 +166,12 @@ def _blocks(system: NcclSystem, op: str, nbytes: int):
     return split(nbytes, len(system.ranks))
 
 
-def _a2a_sizes(system: NcclSystem, nbytes: int) -> dict:
+def _a2a_sizes(system: NcclSystem, nbytes: int) -> np.ndarray:
+    """nccl-tests' all-to-all of ``nbytes``: rank j's share of every rank's buffer goes to j
+    (the :mod:`.p2p` size matrix)."""
     from .._schedule import split
 
-    seg = split(nbytes, len(system.ranks))
-    return {(x, y): int(seg[j]) for x in system.ranks for j, y in enumerate(system.ranks)}
+    return p2p.uniform(system, split(nbytes, len(system.ranks)))
 
 
 def _check_op(op: str):
@@ -270,7 +271,7 @@ def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1
         elif a == "NVLSTree":
             builders.nvls_tree_allreduce(b, system, rings, nbytes)
         else:
-            builders.p2p_alltoall(b, system, _a2a_sizes(system, nbytes), p, eff=eff)
+            p2p.alltoall(b, system, _a2a_sizes(system, nbytes), p, eff=eff)
     sched = b.build(system.ranks, op, name, nbytes, 1)
     return sched.annotate(nccl=Plan(op, a, p, len(rings), t, timed).to_dict(),
                           payload_bytes=_payload(op, a, len(system.ranks), nbytes))
@@ -301,18 +302,17 @@ def _qsgd(b, system, rings, name, ranks, nbytes, payload_bytes, protocol):
             builders.ring(b, system, rings, "allgather", sizes, proto, eff)
             sent = int((p - 1) * sizes.sum())
         else:
-            index = {r: i for i, r in enumerate(system.ranks)}
-            scatter = builders.p2p_alltoall(
-                b, system, {(x, y): int(sizes[index[y]]) for x in system.ranks
-                            for y in system.ranks}, "Simple", tag="scatter")
-            inbound: dict = {y: [] for y in system.ranks}
-            for (x, z), v in scatter.items():
-                inbound[z].append(np.asarray([v]))
-            done = {y: int(b.local(y, inbound[y], "reduce")[0]) for y in system.ranks}
+            owners = p2p.uniform(system, sizes)      # each owner's slice from every rank
+            scatter = p2p.alltoall(b, system, owners, "Simple", tag="scatter")
+            by_rank = np.argsort(system.ranks, kind="stable")   # senders in rank order
+            done = {}
+            for k, y in enumerate(system.ranks):
+                inbound = scatter[by_rank, k]
+                done[y] = int(b.local(y, [np.asarray([v]) for v in inbound[inbound >= 0]],
+                                      "reduce")[0])
             builders.ring(b, system, rings, "allgather", sizes, proto, eff, first_deps=done)
             sent = int((p - 1) * sizes.sum() * 2)
-            t += cost.p2p_time(system, {(x, y): int(sizes[index[y]]) for x in system.ranks
-                                        for y in system.ranks})
+            t += p2p.time(system, owners)
     sched = b.build(system.ranks, "allreduce", name, nbytes, 1)
     return sched.annotate(nccl=Plan("allreduce", "Ring", proto, len(rings), t, timed).to_dict(),
                           payload_bytes=sent)

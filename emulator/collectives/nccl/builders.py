@@ -371,37 +371,3 @@ def _tree_once(b, tree, nbytes, hops, rs, nodes, j, prev, key):
             prev[pk] = got
             arrived[ch] = [got]
     return arrived
-
-
-# -- point to point ------------------------------------------------------------------------------
-def p2p_alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="alltoall",
-                 deps_of=None, eff: float | None = None) -> dict:
-    """NCCL's all-to-all: grouped send/recv between every pair at once (``sizes[(src, dst)]``
-    payload bytes). Inside a node over the direct path; between nodes through the NIC of the
-    destination's rail, reached over NVLink first (PXN, NCCL 2.12+), so that the network leg
-    stays on one rail. Returns {(src, dst): transfer id}."""
-    hops = _Hops(b, system, "Ring", proto, C.PROTOCOL_EFFICIENCY[proto] if eff is None else eff)
-    out, rows = {}, []
-    for (x, y), nbytes in sorted(sizes.items()):
-        if x == y:
-            continue
-        route, scale, wait, _ = hops(*system.p2p_stops(x, y))
-        deps = () if deps_of is None else tuple(deps_of(x))
-        if any(np.size(d) != 1 for d in deps):
-            raise ValueError("p2p_alltoall: deps_of must give one transfer id per dependency")
-        rows.append(((x, y), int(math.ceil(int(nbytes) * scale)), wait, route, deps))
-    # One Builder call per run of sends with as many dependencies (in the order above, so
-    # the transfer ids are those of one call per send).
-    start = 0
-    while start < len(rows):
-        end = start + 1
-        while end < len(rows) and len(rows[end][4]) == len(rows[start][4]):
-            end += 1
-        run = rows[start:end]
-        ids = b.add([r[0][0] for r in run], [r[0][1] for r in run], [r[1] for r in run],
-                    [np.concatenate([np.ravel(r[4][k]) for r in run])
-                     for k in range(len(run[0][4]))],
-                    tag, [r[2] for r in run], [r[3] for r in run])
-        out.update((r[0], int(i)) for r, i in zip(run, ids))
-        start = end
-    return out

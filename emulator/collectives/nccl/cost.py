@@ -72,7 +72,7 @@ def _facts(system: NcclSystem, stops: tuple, flow: int, algo: str, proto: str, e
     return hop, hop.inflation / eff, hop_latency(system, hop.net, algo, proto)
 
 
-def _rates(system: NcclSystem, hops: list) -> list:
+def shared_rates(system: NcclSystem, hops: list) -> list:
     """Bytes/s of each of ``hops`` when all run at once (bottleneck bandwidth / flows on it)."""
     count = Counter(c for h in hops for c in h.channels)
     return [min(bw / count[c] for c, bw in zip(h.channels, h.bandwidths)) for h in hops]
@@ -88,7 +88,7 @@ def _ring_hops(system: NcclSystem, rings: list) -> list:
 
 def _make_ring_hops(system: NcclSystem, rings: list) -> list:
     hops = [[system.hop(st, rg.flow) for st in rg.stops] for rg in rings]
-    rates = _rates(system, [h for hs in hops for h in hs])
+    rates = shared_rates(system, [h for hs in hops for h in hs])
     out, k = [], 0
     for hs in hops:
         out.append((np.array([h.latency for h in hs]), np.array([h.inflation for h in hs]),
@@ -139,7 +139,7 @@ def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> 
     eff = efficiency(system, rings, "Ring", proto)
     facts = [[_facts(system, st, rg.flow, "Ring", proto, eff) for st in rg.stops[:-1]]
              for rg in rings]
-    rates = _rates(system, [f[0] for fs in facts for f in fs])
+    rates = shared_rates(system, [f[0] for fs in facts for f in fs])
     base = C.BASE_LATENCY["Ring"][proto]
     best, k = 0.0, 0
     for c, (rg, share) in enumerate(zip(rings, split(nbytes, len(rings)))):
@@ -193,9 +193,9 @@ def _make_tree_hops(system: NcclSystem, rings: list) -> tuple:
         for i, lv in enumerate(level[ph]):
             by_level.setdefault(lv, []).append(i)
         for idx in by_level.values():
-            for i, r in zip(idx, _rates(system, [hops[i] for i in idx])):
+            for i, r in zip(idx, shared_rates(system, [hops[i] for i in idx])):
                 rate[ph][i] = r
-    both = _rates(system, phase_hops["up"] + phase_hops["down"])
+    both = shared_rates(system, phase_hops["up"] + phase_hops["down"])
     return per_ring, info, rate, both, len(phase_hops["up"])
 
 
@@ -263,7 +263,7 @@ def nvls_time(system: NcclSystem, nbytes: int) -> float:
     pair = math.ceil(nbytes * (1 + 1 / p) / (p - 1))
     eff = C.NVLS_EFFICIENCY[system.arch]
     hops = [system.hop((system.gpu(x), system.gpu(y))) for x in group for y in group if x != y]
-    rates = _rates(system, hops)
+    rates = shared_rates(system, hops)
     lat = C.HOP_LATENCY["nvlink"]["NVLS"]["Simple"]
     return max(lat + h.latency + math.ceil(pair * h.inflation / eff) / r
                for h, r in zip(hops, rates))
@@ -284,7 +284,7 @@ def nvls_tree_time(system: NcclSystem, rings: list, nbytes: int) -> float:
     if g > 1:
         pair = math.ceil(c0 * (1 + 1 / g) / 2 / (g - 1))
         hops = [system.hop((system.gpu(x), system.gpu(y))) for x in grp for y in grp if x != y]
-        rates = _rates(system, hops)
+        rates = shared_rates(system, hops)
         intra = max(h.latency + math.ceil(pair * h.inflation / eff) / r for h, r in zip(hops, rates))
     shard = math.ceil(c0 / g)
     H = system.n_nodes
@@ -298,7 +298,7 @@ def nvls_tree_time(system: NcclSystem, rings: list, nbytes: int) -> float:
     if not facts:
         return intra
     # every rail sends up and receives down at once: both directions of its legs
-    rates = _rates(system, [f[0] for f in facts])
+    rates = shared_rates(system, [f[0] for f in facts])
     half = math.ceil(shard / 2)
     inter_one = max(h.latency + math.ceil(half * s) / r for (h, s, _), r in zip(facts, rates))
     wait = max(w for _, _, w in facts)
@@ -306,25 +306,3 @@ def nvls_tree_time(system: NcclSystem, rings: list, nbytes: int) -> float:
     lat = C.HOP_LATENCY["nvlink"]["NVLSTree"]["Simple"]
     first = lat + 2 * intra + 2 * depth * (wait + inter_one)
     return first + (len(chunks) - 1) * max(intra, inter_one)
-
-
-def p2p_time(system: NcclSystem, sizes: dict, proto: str = "Simple") -> float:
-    """All sends at once: the slowest ``wait + latency + wire bytes / shared rate``."""
-    items = [(x, y, n) for (x, y), n in sorted(sizes.items()) if x != y]
-    if not items:
-        return 0.0
-    key = ("p2p", proto, tuple((x, y) for x, y, _ in items))
-    kept = system.memo.get(key)
-    if kept is None:
-        kept = system.memo[key] = _p2p_facts(system, items, proto)
-    facts, rates = kept
-    return max(w + h.latency + math.ceil(int(n) * s) / r
-               for (_, _, n), (h, s, w), r in zip(items, facts, rates))
-
-
-def _p2p_facts(system: NcclSystem, items: list, proto: str) -> tuple:
-    """Each send's (hop, wire scale, wait) and shared rate: they depend on which pairs send,
-    not on how much."""
-    eff = C.PROTOCOL_EFFICIENCY[proto]
-    facts = [_facts(system, *system.p2p_stops(x, y), "Ring", proto, eff) for x, y, _ in items]
-    return facts, _rates(system, [f[0] for f in facts])

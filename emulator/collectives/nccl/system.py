@@ -81,6 +81,7 @@ class NcclSystem:
     _gpu: list = field(default_factory=list, repr=False)
     _node_of: dict = field(default_factory=dict, repr=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
+    _legs: dict = field(default_factory=dict, repr=False, compare=False)
     #: derived facts the builders and the cost model reuse across collectives (keyed by kind)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -228,26 +229,43 @@ class NcclSystem:
             hit = self.memo[key] = (tuple(objs), make())
         return hit[1]
 
-    def hop(self, stops: tuple, flow: int = 0) -> "Hop":
-        """Path facts of a hop through node ids ``stops`` (src, via..., dst)."""
+    def hop(self, stops: tuple, flow: int = 0, keep: bool = True) -> "Hop":
+        """Path facts of a hop through node ids ``stops`` (src, via..., dst); kept for the
+        next call unless ``keep`` is False (the legs between the stops are kept either way)."""
         key = (tuple(stops), flow)
         hit = self._hops.get(key)
         if hit is None:
-            hit = self._hops[key] = self._hop(key[0], flow)
+            hit = self._hop(key[0], flow)
+            if keep:
+                self._hops[key] = hit
         return hit
 
     def _hop(self, stops: tuple, flow: int) -> "Hop":
-        chans, lat = [], 0.0
+        chans, lat, bandwidths, usable, net = [], 0.0, [], [], False
         for a, b in zip(stops, stops[1:]):
-            c = self._router.channels(a, b, flow)
+            c, leg_lat, bws, use, leg_net = self._leg(a, b, flow)
             chans.extend(c)
-            lat += sum(self.G.edges[u, v]["latency"] for u, v in c)
-        data = [self.G.edges[u, v] for u, v in chans]
-        bandwidths = tuple(d["bandwidth"] for d in data)
-        raw = min(bandwidths)
-        usable = min(bw * self.usable_fraction(d) for bw, d in zip(bandwidths, data))
-        net = any(_link_class(d) not in INTRA_CLASSES for d in data)
-        return Hop(tuple(chans), lat, raw, usable, net, bandwidths)
+            lat += leg_lat
+            bandwidths.extend(bws)
+            usable.extend(use)
+            net = net or leg_net
+        return Hop(tuple(chans), lat, min(bandwidths), min(usable), net, tuple(bandwidths))
+
+    def _leg(self, a, b, flow: int) -> tuple:
+        """``(channels, latency sum, bandwidths, usable bandwidths, crosses a network
+        link)`` of the routed path ``a -> b``: legs repeat across hops (NCCL's all-to-all
+        sends every pair of nodes' GPUs over the same NIC-to-NIC legs)."""
+        key = (a, b, flow)
+        hit = self._legs.get(key)
+        if hit is None:
+            c = tuple(self._router.channels(a, b, flow))
+            data = [self.G.edges[u, v] for u, v in c]
+            bws = tuple(d["bandwidth"] for d in data)
+            hit = self._legs[key] = (
+                c, sum(d["latency"] for d in data), bws,
+                tuple(bw * self.usable_fraction(d) for bw, d in zip(bws, data)),
+                any(_link_class(d) not in INTRA_CLASSES for d in data))
+        return hit
 
 
 @dataclass(frozen=True)

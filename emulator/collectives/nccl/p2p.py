@@ -1,0 +1,143 @@
+"""NCCL's all-to-all: grouped send/recv between every pair of ranks at once, and its closed form.
+
+Inside a node a send takes the direct path; between nodes it goes through the NIC of the
+destination's rail, reached over NVLink first (PXN, NCCL 2.12+), so that the network leg stays
+on one rail (:meth:`.NcclSystem.p2p_stops`). A 1024-GPU all-to-all is a million sends whose
+routes, wire-byte scales, waits and shared rates depend on the pairs, not on the bytes, so they
+are worked out once per system (:func:`table`) and every all-to-all after that, schedule or
+closed form, is array arithmetic over them.
+
+Sizes are a ``(p, p)`` matrix over the system's ranks in their order: ``sizes[i, j]`` payload
+bytes from ``system.ranks[i]`` to ``system.ranks[j]`` (the diagonal is ignored).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .._schedule import Builder, Route
+from . import constants as C
+from .builders import hop_latency
+from .cost import shared_rates
+from .system import NcclSystem
+
+__all__ = ["Table", "table", "alltoall", "time", "uniform"]
+
+
+@dataclass(frozen=True)
+class Table:
+    """Every ordered pair's send (``src != dst``), in increasing order of (src rank, dst rank).
+
+    Attributes
+    ----------
+    i, j : ndarray of int
+        Positions of the sender and the receiver in ``system.ranks``.
+    latency : ndarray of float
+        Path latency (s).
+    inflation : ndarray of float
+        Wire bytes per payload byte before the protocol's efficiency.
+    net : ndarray of bool
+        Whether the path crosses a network link.
+    rate : ndarray of float
+        Bytes/s when every pair sends at once (bottleneck bandwidth / flows crossing it).
+    route : ndarray of int
+        Index into ``routes`` (first appearance order).
+    routes : tuple of Route
+    """
+
+    i: np.ndarray
+    j: np.ndarray
+    latency: np.ndarray
+    inflation: np.ndarray
+    net: np.ndarray
+    rate: np.ndarray
+    route: np.ndarray
+    routes: tuple
+
+
+def table(system: NcclSystem) -> Table:
+    """The :class:`Table` of ``system``'s ranks, worked out once and kept in its memo.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16))
+    >>> t = table(s)
+    >>> len(t.i), int(t.net.sum())          # 16 * 15 sends, 2 * 8 * 8 between the nodes
+    (240, 128)
+    """
+    kept = system.memo.get("p2p_table")
+    if kept is None:
+        kept = system.memo["p2p_table"] = _make_table(system)
+    return kept
+
+
+def _make_table(system: NcclSystem) -> Table:
+    ranks = system.ranks
+    order = sorted(range(len(ranks)), key=lambda k: ranks[k])
+    ii, jj, hops, route_of, routes = [], [], [], [], {}
+    for a in order:
+        x = ranks[a]
+        for b in order:
+            y = ranks[b]
+            if x == y:
+                continue
+            stops, flow = system.p2p_stops(x, y)
+            # a million sends of distinct endpoints: their hops are not worth keeping
+            hops.append(system.hop(stops, flow, keep=False))
+            route_of.append(routes.setdefault(Route(via=tuple(stops[1:-1]), flow=flow),
+                                              len(routes)))
+            ii.append(a)
+            jj.append(b)
+    rate = shared_rates(system, hops)
+    return Table(i=np.array(ii, dtype=np.int64), j=np.array(jj, dtype=np.int64),
+                 latency=np.array([h.latency for h in hops], dtype=np.float64),
+                 inflation=np.array([h.inflation for h in hops], dtype=np.float64),
+                 net=np.array([h.net for h in hops], dtype=bool),
+                 rate=np.array(rate, dtype=np.float64),
+                 route=np.array(route_of, dtype=np.int64), routes=tuple(routes))
+
+
+def uniform(system: NcclSystem, per_destination) -> np.ndarray:
+    """The size matrix of sends whose bytes depend on the receiver only:
+    ``per_destination[j]`` bytes to ``system.ranks[j]`` from every rank."""
+    v = np.asarray(per_destination, dtype=np.int64)
+    return np.broadcast_to(v, (len(system.ranks), len(v)))
+
+
+def _waits(system: NcclSystem, t: Table, proto: str) -> np.ndarray:
+    """NCCL's per-step latency of each send (s): it depends on the network flag alone."""
+    return np.where(t.net, hop_latency(system, True, "Ring", proto),
+                    hop_latency(system, False, "Ring", proto))
+
+
+def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
+    """Seconds of :func:`alltoall` with every send at once: the slowest
+    ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency)."""
+    t = table(system)
+    if not len(t.i):
+        return 0.0
+    n = np.asarray(sizes)[t.i, t.j].astype(np.int64)
+    scale = t.inflation / C.PROTOCOL_EFFICIENCY[proto]
+    return float(np.max(_waits(system, t, proto) + t.latency + np.ceil(n * scale) / t.rate))
+
+
+def alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="alltoall",
+             eff: float | None = None) -> np.ndarray:
+    """Add NCCL's all-to-all of ``sizes`` (the module's matrix) to ``b``, one transfer per
+    ordered pair in increasing (src, dst) order; returns the ``(p, p)`` matrix of transfer
+    ids (-1 on the diagonal)."""
+    t = table(system)
+    p = len(system.ranks)
+    ids = np.full((p, p), -1, dtype=np.int64)
+    if not len(t.i):
+        return ids
+    eff = C.PROTOCOL_EFFICIENCY[proto] if eff is None else eff
+    n = np.asarray(sizes)[t.i, t.j].astype(np.int64)
+    wire = np.ceil(n * (t.inflation / eff)).astype(np.int64)
+    route_ids = np.array([b.route(r) for r in t.routes], dtype=np.int64)
+    ranks = np.asarray(system.ranks, dtype=np.int64)
+    ids[t.i, t.j] = b.add(ranks[t.i], ranks[t.j], wire, (), tag, _waits(system, t, proto),
+                          route_ids[t.route])
+    return ids
