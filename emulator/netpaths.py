@@ -55,6 +55,7 @@ class _Routes:
         self.default = np.full(n * n, -1, dtype=np.int64)   # (src, dst) -> path, Route()
         self.other: dict = {}                              # (Route, src, dst) -> path
         self.by_channels: dict = {}                        # channel tuple -> path (routes)
+        self._legs: dict = {}                              # (a, b, flow) -> channel ids
         self.ptr = array("q", [0])        # compact growing CSR (a list of ints costs 36 B each)
         self.chan = array("q")
         self._ptr = np.zeros(1, dtype=np.int64)
@@ -70,12 +71,23 @@ class _Routes:
     def _route(self, route, s: int, d: int) -> list:
         nodes = self.gpus
         stops = (nodes[s], *route.via, nodes[d])
-        chan_of = self.chan_of
         out: list = []
         for a, b in zip(stops, stops[1:]):
-            p = self.router.path(a, b, route.flow)
-            out.extend(map(dict.__getitem__, map(chan_of.__getitem__, p[:-1]), p[1:]))
+            out.extend(self._leg(a, b, route.flow))
         return out
+
+    def _leg(self, a, b, flow: int) -> tuple:
+        """Channel ids of the routed path ``a -> b`` with ECMP label ``flow``, kept: the legs
+        of waypoint routes repeat (NCCL's all-to-all sends every pair of nodes' GPUs through
+        the same NIC-to-NIC legs)."""
+        key = (a, b, flow)
+        hit = self._legs.get(key)
+        if hit is None:
+            p = self.router.path(a, b, flow)
+            chan_of = self.chan_of
+            hit = self._legs[key] = tuple(map(dict.__getitem__, map(chan_of.__getitem__, p[:-1]),
+                                              p[1:]))
+        return hit
 
     def _default_path(self, route, s: int, d: int) -> int:
         """The default route's path id of (s, d), added if new. The numpy copies are synced
@@ -83,7 +95,10 @@ class _Routes:
         all-to-all quadratic."""
         k = s * len(self.gpus) + d
         if self.default[k] < 0:
-            self.default[k] = self._add(self._route(route, s, d))
+            chans = self._route(route, s, d)
+            # a waypoint route routed before may have crossed the same channels: one path
+            pid = self.by_channels.get(tuple(chans)) if self.by_channels else None
+            self.default[k] = self._add(chans) if pid is None else pid
         return int(self.default[k])
 
     def paths(self, routes, route_idx: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -114,8 +129,13 @@ class _Routes:
                     chans = tuple(self._route(routes[r], s, d))
                     pid = self.by_channels.get(chans)
                     if pid is None:
-                        base = self._default_path(routes[0], s, d)
-                        same = tuple(self.chan[self.ptr[base]:self.ptr[base + 1]]) == chans
+                        # the only other path that can cross the same channels is the default
+                        # route's between the same GPUs; routing it just to compare would
+                        # double a million-pair all-to-all's routing, so only one routed
+                        # already is compared (:meth:`_default_path` compares the other way)
+                        base = int(self.default[s * n + d])
+                        same = base >= 0 and tuple(
+                            self.chan[self.ptr[base]:self.ptr[base + 1]]) == chans
                         pid = base if same else self._add(list(chans))
                         self.by_channels[chans] = pid
                     self.other[k] = pid

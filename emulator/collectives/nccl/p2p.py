@@ -19,7 +19,6 @@ import numpy as np
 from .._schedule import Builder, Route
 from . import constants as C
 from .builders import hop_latency
-from .cost import shared_rates
 from .system import NcclSystem
 
 __all__ = ["Table", "table", "alltoall", "time", "uniform"]
@@ -74,9 +73,16 @@ def table(system: NcclSystem) -> Table:
 
 
 def _make_table(system: NcclSystem) -> Table:
+    """Per send only its legs (the routed paths between its stops) are looked up: the facts
+    of a send are those of its legs combined (latencies summed in route order, bottlenecks
+    and rates the least of the legs'), so a million sends cost array operations over a few
+    thousand distinct legs, with the same numbers as :meth:`.NcclSystem.hop` and
+    :func:`.cost.shared_rates` give send by send."""
     ranks = system.ranks
     order = sorted(range(len(ranks)), key=lambda k: ranks[k])
-    ii, jj, hops, route_of, routes = [], [], [], [], {}
+    legs: dict = {}                     # (a, b, flow) -> leg id
+    routes: dict = {}                   # (via, flow) -> route index
+    ii, jj, leg_rows, route_of = [], [], [], []
     for a in order:
         x = ranks[a]
         for b in order:
@@ -84,19 +90,37 @@ def _make_table(system: NcclSystem) -> Table:
             if x == y:
                 continue
             stops, flow = system.p2p_stops(x, y)
-            # a million sends of distinct endpoints: their hops are not worth keeping
-            hops.append(system.hop(stops, flow, keep=False))
-            route_of.append(routes.setdefault(Route(via=tuple(stops[1:-1]), flow=flow),
-                                              len(routes)))
+            leg_rows.append([legs.setdefault((u, v, flow), len(legs))
+                             for u, v in zip(stops, stops[1:])])
+            route_of.append(routes.setdefault((stops[1:-1], flow), len(routes)))
             ii.append(a)
             jj.append(b)
-    rate = shared_rates(system, hops)
+    facts = [system.leg(*key) for key in legs]
+    width = max((len(r) for r in leg_rows), default=1)
+    pad = len(facts)                    # a leg of no links, no latency: pads shorter sends
+    L = np.full((len(leg_rows), width), pad, dtype=np.int64)
+    for k, r in enumerate(leg_rows):
+        L[k, :len(r)] = r
+    lat = np.array([f[1] for f in facts] + [0.0])
+    raw = np.array([min(f[2]) for f in facts] + [np.inf])
+    usable = np.array([min(f[3]) for f in facts] + [np.inf])
+    net = np.array([f[4] for f in facts] + [False])
+    # Flows on a channel: every send counts each of its legs' channels once per crossing.
+    uses = np.bincount(L.ravel(), minlength=pad + 1)
+    count: dict = {}
+    for leg, f in enumerate(facts):
+        for c in f[0]:
+            count[c] = count.get(c, 0) + int(uses[leg])
+    rate = np.array([min((bw / count[c] for c, bw in zip(f[0], f[2])), default=np.inf)
+                     for f in facts] + [np.inf])
+    latency = lat[L[:, 0]]
+    for k in range(1, width):          # in route order, as a float sum along the route adds
+        latency = latency + lat[L[:, k]]
     return Table(i=np.array(ii, dtype=np.int64), j=np.array(jj, dtype=np.int64),
-                 latency=np.array([h.latency for h in hops], dtype=np.float64),
-                 inflation=np.array([h.inflation for h in hops], dtype=np.float64),
-                 net=np.array([h.net for h in hops], dtype=bool),
-                 rate=np.array(rate, dtype=np.float64),
-                 route=np.array(route_of, dtype=np.int64), routes=tuple(routes))
+                 latency=latency, inflation=raw[L].min(axis=1) / usable[L].min(axis=1),
+                 net=net[L].any(axis=1), rate=rate[L].min(axis=1),
+                 route=np.array(route_of, dtype=np.int64),
+                 routes=tuple(Route(via=tuple(v), flow=f) for v, f in routes))
 
 
 def uniform(system: NcclSystem, per_destination) -> np.ndarray:

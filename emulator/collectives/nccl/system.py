@@ -210,7 +210,9 @@ class NcclSystem:
         inside a node directly; between nodes through the NIC of the destination's rail,
         reached over NVLink first (PXN, NCCL 2.12+), so the network leg stays on one rail."""
         hx, hy = self.node_of(x), self.node_of(y)
-        k = min((len(n) for n in self.nics), default=0)
+        k = self.memo.get("rails")
+        if k is None:                   # rails every node has (a million sends ask)
+            k = self.memo["rails"] = min((len(n) for n in self.nics), default=0)
         if hx == hy or not k:
             return (self.gpu(x), self.gpu(y)), 0
         j = self.nodes[hy].index(y) % k
@@ -229,21 +231,18 @@ class NcclSystem:
             hit = self.memo[key] = (tuple(objs), make())
         return hit[1]
 
-    def hop(self, stops: tuple, flow: int = 0, keep: bool = True) -> "Hop":
-        """Path facts of a hop through node ids ``stops`` (src, via..., dst); kept for the
-        next call unless ``keep`` is False (the legs between the stops are kept either way)."""
+    def hop(self, stops: tuple, flow: int = 0) -> "Hop":
+        """Path facts of a hop through node ids ``stops`` (src, via..., dst)."""
         key = (tuple(stops), flow)
         hit = self._hops.get(key)
         if hit is None:
-            hit = self._hop(key[0], flow)
-            if keep:
-                self._hops[key] = hit
+            hit = self._hops[key] = self._hop(key[0], flow)
         return hit
 
     def _hop(self, stops: tuple, flow: int) -> "Hop":
         chans, lat, bandwidths, usable, net = [], 0.0, [], [], False
         for a, b in zip(stops, stops[1:]):
-            c, leg_lat, bws, use, leg_net = self._leg(a, b, flow)
+            c, leg_lat, bws, use, leg_net = self.leg(a, b, flow)
             chans.extend(c)
             lat += leg_lat
             bandwidths.extend(bws)
@@ -251,7 +250,7 @@ class NcclSystem:
             net = net or leg_net
         return Hop(tuple(chans), lat, min(bandwidths), min(usable), net, tuple(bandwidths))
 
-    def _leg(self, a, b, flow: int) -> tuple:
+    def leg(self, a, b, flow: int) -> tuple:
         """``(channels, latency sum, bandwidths, usable bandwidths, crosses a network
         link)`` of the routed path ``a -> b``: legs repeat across hops (NCCL's all-to-all
         sends every pair of nodes' GPUs over the same NIC-to-NIC legs)."""
