@@ -12,10 +12,13 @@ payloads on the same channels (``nccl_qsgd_*``). A textbook algorithm name (``"r
 """
 from __future__ import annotations
 
+import contextlib
 import time
 from typing import Callable, Iterable
 
 from emulator.collectives import ALGORITHMS, NCCL_ALGORITHMS, build_schedule
+from emulator.collectives import nccl
+from emulator.interpolation import Interpolation
 from emulator.engine import simulate
 from emulator.errors import ConfigError
 from ._checks import is_int
@@ -42,6 +45,10 @@ class Network:
     on_simulated : callable, optional
         ``on_simulated(op, nbytes, wall_s)`` after each collective simulated (not on cache
         hits): how long work on a big graph has come, for progress reports.
+    interpolate : float, optional
+        The approximate mode of :meth:`prefetch` (:mod:`emulator.interpolation`): sizes of one
+        shape between simulated ones are read off a line checked to this relative tolerance.
+        None (the default): every size is simulated.
 
     Examples
     --------
@@ -53,7 +60,8 @@ class Network:
     """
 
     def __init__(self, G, world_size: int | None = None, algorithm: str = DEFAULT_ALGORITHM,
-                 on_simulated: Callable[[str, int, float], None] | None = None):
+                 on_simulated: Callable[[str, int, float], None] | None = None,
+                 interpolate: float | None = None):
         import topologies
 
         n = len(topologies.gpus(G))
@@ -71,8 +79,13 @@ class Network:
                               f"{', '.join(known)}")
         self.G, self.world_size, self.algorithm = G, world_size, algorithm
         self.name = str(G.graph.get("name", "custom"))
+        if interpolate is not None:
+            Interpolation([], interpolate)          # validates the tolerance
         self._cache: dict = {}
         self.on_simulated = on_simulated
+        self.interpolate = interpolate
+        #: Cache keys whose times were read off a line (:meth:`prefetch`), not simulated.
+        self.interpolated: set = set()
 
     @property
     def nccl(self) -> bool:
@@ -98,15 +111,34 @@ class Network:
         key = (op, algorithm, int(nbytes), None if payload_bytes is None else tuple(payload_bytes))
         hit = self._cache.get(key)
         if hit is None:
-            t0 = time.perf_counter()
-            sched = build_schedule(op, algorithm, list(range(self.world_size)), int(nbytes),
-                                   graph=self.G, payload_bytes=payload_bytes)
-            res = simulate(self.G, sched)
-            sent = sched.detail.get("payload_bytes", sched.total_bytes)
-            hit = self._cache[key] = (float(res.time_s), float(sent) / self.world_size)
-            if self.on_simulated is not None:
-                self.on_simulated(op, int(nbytes), time.perf_counter() - t0)
+            seconds, sent, _ = self._simulate(op, algorithm, nbytes, payload_bytes)
+            hit = self._cache[key] = (seconds, sent)
         return hit
+
+    def _simulate(self, op: str, algorithm: str, nbytes: int, payload_bytes=None) -> tuple:
+        """``(seconds, mean payload bytes per GPU, transfers)`` of one collective, simulated."""
+        t0 = time.perf_counter()
+        sched = build_schedule(op, algorithm, list(range(self.world_size)), int(nbytes),
+                               graph=self.G, payload_bytes=payload_bytes)
+        res = simulate(self.G, sched)
+        sent = sched.detail.get("payload_bytes", sched.total_bytes)
+        if self.on_simulated is not None:
+            self.on_simulated(op, int(nbytes), time.perf_counter() - t0)
+        return float(res.time_s), float(sent) / self.world_size, len(sched)
+
+    def shape(self, op: str, algorithm: str, nbytes: int):
+        """What fixes the shape of the schedule of ``op`` by ``algorithm`` at ``nbytes``
+        (:mod:`emulator.interpolation`): NCCL's plan (algorithm, protocol, channels) under
+        NCCL's model, the (op, algorithm) of a textbook one; None where the sizes of its parts do
+        not follow the bytes alone (the QSGD transports' payload lists)."""
+        algorithm = self.resolve(op, algorithm)
+        if algorithm in nccl.QSGD or algorithm.startswith("qsgd_"):
+            return None
+        if algorithm in nccl.NAMES:
+            p = nccl.plan(self.G, op, int(nbytes), range(self.world_size),
+                          algo=nccl.NAMES[algorithm])
+            return op, algorithm, p.algorithm, p.protocol, p.channels
+        return op, algorithm
 
     def prefetch(self, requests: Iterable[tuple[str, str, int]], workers: int = 1) -> int:
         """Simulate the collectives of ``requests`` that are not cached yet, on ``workers``
@@ -115,7 +147,9 @@ class Network:
         The distinct sizes of a study or a search are independent simulations: on a big graph
         each costs seconds, so spreading them over processes divides the wall time (each
         process routes the graph once, a few seconds at 512 GPUs). Largest first, so the
-        longest ones do not finish last.
+        longest ones do not finish last. With ``interpolate`` set, the sizes of one
+        :meth:`shape` are simulated only as :class:`~emulator.interpolation.Interpolation`
+        asks, the others read off its checked lines (their keys in :attr:`interpolated`).
 
         Parameters
         ----------
@@ -123,6 +157,11 @@ class Network:
             As :meth:`collective` takes them (``payload_bytes`` left out).
         workers : int
             Local processes; 1 simulates here, one after the other.
+
+        Returns
+        -------
+        int
+            How many collectives were simulated.
 
         Examples
         --------
@@ -145,26 +184,74 @@ class Network:
             key = (op, algorithm, int(nbytes), None)
             if nbytes and key not in self._cache:
                 todo[key] = (op, algorithm, int(nbytes))
-        order = sorted(todo.values(), key=lambda r: -r[2])
-        if workers == 1 or len(order) < 2:
-            for op, algorithm, nbytes in order:
-                self.collective(op, algorithm, nbytes)
-            return len(order)
-        import concurrent.futures as cf
-        import multiprocessing
+        with contextlib.ExitStack() as stack:
+            pool = None
+            if workers > 1 and len(todo) > 1:
+                import concurrent.futures as cf
+                import multiprocessing
 
-        ctx = multiprocessing.get_context("spawn")  # no forked torch/numba thread pools
-        with cf.ProcessPoolExecutor(max_workers=min(workers, len(order)), mp_context=ctx,
-                                    initializer=_worker_init,
-                                    initargs=(self.G, self.world_size, self.algorithm)) as pool:
+                ctx = multiprocessing.get_context("spawn")  # no forked torch/numba thread pools
+                pool = stack.enter_context(cf.ProcessPoolExecutor(
+                    max_workers=min(workers, len(todo)), mp_context=ctx,
+                    initializer=_worker_init,
+                    initargs=(self.G, self.world_size, self.algorithm)))
+            if self.interpolate is None:
+                self._simulate_all(list(todo.values()), pool)
+                return len(todo)
+            return self._sweep(list(todo.values()), pool)
+
+    def _sweep(self, requests: list, pool) -> int:
+        """:meth:`prefetch` in the approximate mode: sizes grouped by :meth:`shape`, each
+        group a :class:`~emulator.interpolation.Interpolation`; returns how many were simulated."""
+        groups: dict = {}
+        for op, algorithm, nbytes in requests:
+            shape = self.shape(op, algorithm, nbytes)
+            # no shape: a group of its own
+            groups.setdefault((op, algorithm, shape if shape is not None else nbytes),
+                              []).append(nbytes)
+        sweeps = {k: Interpolation(v, self.interpolate) for k, v in groups.items()}
+        simulated = 0
+        while True:
+            # One round: every sweep's next sizes at once, so that workers share them.
+            wanted = [(op, algorithm, n) for (op, algorithm, _), sw in sweeps.items()
+                      for n in sw.wanted()]
+            if not wanted:
+                break
+            got = self._simulate_all(wanted, pool)
+            simulated += len(wanted)
+            for (op, algorithm, _), sw in sweeps.items():
+                for n in sw.wanted():
+                    sw.feed(n, *got[(op, algorithm, n)])
+        for (op, algorithm, _), sw in sweeps.items():
+            for n, hit in sw.results().items():
+                key = (op, algorithm, n, None)
+                self._cache[key] = hit
+                if n not in sw.simulated:
+                    self.interpolated.add(key)
+        return simulated
+
+    def _simulate_all(self, requests: list, pool=None) -> dict:
+        """Simulate and cache ``[(op, algorithm, bytes), ...]`` (resolved, not cached yet)
+        here or on ``pool``'s processes (each routes the graph once), largest first;
+        ``{request: (seconds, sent, transfers)}``."""
+        import concurrent.futures as cf
+
+        order = sorted(requests, key=lambda r: -r[2])
+        out: dict = {}
+        if pool is None or len(order) < 2:
+            for r in order:
+                out[r] = self._simulate(*r)
+        else:
             futs = {pool.submit(_worker_collective, *r): r for r in order}
             for f in cf.as_completed(futs):
-                op, algorithm, nbytes = futs[f]
-                seconds, sent, wall_s = f.result()
-                self._cache[(op, algorithm, nbytes, None)] = (seconds, sent)
+                r = futs[f]
+                seconds, sent, transfers, wall_s = f.result()
+                out[r] = (seconds, sent, transfers)
                 if self.on_simulated is not None:
-                    self.on_simulated(op, nbytes, wall_s)
-        return len(order)
+                    self.on_simulated(r[0], r[2], wall_s)
+        for (op, algorithm, nbytes), (seconds, sent, _) in out.items():
+            self._cache[(op, algorithm, nbytes, None)] = (seconds, sent)
+        return out
 
     def op_of(self, algorithm: str) -> str:
         """The op under which the emulator registers ``algorithm`` (compressed transports)."""
@@ -182,7 +269,7 @@ def _worker_init(G, world_size: int, algorithm: str) -> None:
     _WORKER["net"] = Network(G, world_size, algorithm)
 
 
-def _worker_collective(op: str, algorithm: str, nbytes: int) -> tuple[float, float, float]:
+def _worker_collective(op: str, algorithm: str, nbytes: int) -> tuple:
     t0 = time.perf_counter()
-    seconds, sent = _WORKER["net"].collective(op, algorithm, nbytes)
-    return seconds, sent, time.perf_counter() - t0
+    seconds, sent, transfers = _WORKER["net"]._simulate(op, algorithm, nbytes)
+    return seconds, sent, transfers, time.perf_counter() - t0

@@ -18,7 +18,8 @@ from typing import Callable
 from emulator.compute import DEVICES, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
-from emulator.replaying import TRANSPORTS, replay
+from emulator.replaying import TRANSPORTS, collective_requests, replay
+from emulator.interpolation import DEFAULT_RTOL
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
 from ._checks import is_int, is_number
 
@@ -50,6 +51,11 @@ class StudyConfig:
     compute : ComputeModel, optional
         Overrides ``device``; :func:`run_study` resolves ``device`` into one before running so
         that workers do not measure the host again.
+    exact : bool
+        True: every distinct collective of a task is simulated. False (the approximate mode):
+        a task's sizes of one schedule shape are simulated only where
+        :class:`~emulator.interpolation.Interpolation` needs them and read off its checked lines
+        elsewhere (error against exact studies: ``benchmarks/study_interpolation.py``).
     """
 
     trace: object
@@ -60,6 +66,7 @@ class StudyConfig:
     device: str = "measured"
     algorithm: str = DEFAULT_ALGORITHM
     compute: ComputeModel | None = field(default=None)
+    exact: bool = True
 
     def __post_init__(self):
         import qsgd
@@ -88,6 +95,8 @@ class StudyConfig:
                 raise ConfigError(f"StudyConfig.topologies: {s!r} is not a topology spec")
         if self.device not in DEVICES:
             raise ConfigError(f"StudyConfig.device must be one of {sorted(DEVICES)}, got {self.device!r}")
+        if not isinstance(self.exact, bool):
+            raise ConfigError(f"StudyConfig.exact must be True or False, got {self.exact!r}")
         if self.compute is not None and not isinstance(self.compute, ComputeModel):
             raise ConfigError(f"StudyConfig.compute must be a ComputeModel, got {self.compute!r}")
 
@@ -109,7 +118,7 @@ class StudyConfig:
     def to_dict(self) -> dict:
         return {"model": self.trace.model, "world_sizes": list(self.world_sizes), "bits": list(self.bits),
                 "transports": list(self.transports), "topologies": list(self.topologies),
-                "device": self.device, "algorithm": self.algorithm,
+                "device": self.device, "algorithm": self.algorithm, "exact": self.exact,
                 "compute": None if self.compute is None else self.compute.to_dict()}
 
 
@@ -193,7 +202,12 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
 
     G = _task_graph(spec, world_size)
     net = Network(G, world_size, cfg.algorithm,
-                  on_simulated=None if progress is None else on_simulated)
+                  on_simulated=None if progress is None else on_simulated,
+                  interpolate=None if cfg.exact else DEFAULT_RTOL)
+    if not cfg.exact:
+        # the sweep needs every size of the task at once to pick which ones to simulate
+        net.prefetch([r for bits, transport in combos for r in collective_requests(
+            cfg.trace, net, transport, bits if TRANSPORTS[transport].compressed else None)])
     compute = cfg.compute or ComputeModel()
     name = str(G.graph.get("name", spec))
     out = []

@@ -70,6 +70,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
     parser.add_argument("--out", metavar="DIR", default=None if not demo else "out/demo", type=output_dir,
                         required=not demo, help="output directory")
     parser.add_argument("--workers", type=int, default=1, help="local processes")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--exact", dest="exact", action="store_true", default=True,
+                      help="simulate every distinct collective (the default)")
+    mode.add_argument("--approximate", dest="exact", action="store_false",
+                      help="simulate a few sizes of each schedule shape and read the others "
+                           "off checked lines (emulator.interpolation; error in benchmarks/RESULTS.md)")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="MINUTES",
                         help="refuse a study estimated (from its smallest world size, timed "
                              "first) to take longer, and say how to make it smaller")
@@ -141,7 +147,8 @@ def run_with(args, trace) -> int:
     cfg = emulator.StudyConfig(trace=trace, world_sizes=args.world_sizes, bits=args.bits,
                                transports=args.transports,
                                topologies=tuple(args.topology or DEFAULT_TOPOLOGIES),
-                               device=args.device, algorithm=args.algorithm, compute=compute)
+                               device=args.device, algorithm=args.algorithm, compute=compute,
+                               exact=args.exact)
     for note in emulator.placement_notes(cfg):
         print(f"note: {note}", file=sys.stderr)
     if not args.time_limit > 0:

@@ -1,0 +1,130 @@
+"""Collective times at many sizes from a few simulations: the studies' approximate mode.
+
+A study asks for the same collective at dozens of sizes (every bucket of every bit width),
+and on a 1024-GPU graph each simulation costs seconds. For one *shape* of schedule (the same
+transfers, dependencies and routes; every transfer's bytes a fixed share of the
+collective's), the engine's time is a continuous, piecewise affine function of the bytes:
+between events every flow drains at a max-min rate that depends on which flows are active,
+not on their bytes, so each event time is an affine function of the size for as long as
+the events keep their order, and a change of order only changes which affine piece applies.
+NCCL's plan (algorithm, protocol, channels: :func:`emulator.collectives.nccl.plan`) fixes
+the shape of its schedules; integer splits (a byte more for some ranks) and chunk counts
+that grow with small sizes bend it slightly, so the lines are checked, not trusted.
+
+The method, per shape: simulate the smallest and the largest size, then the size nearest the
+middle of the two; if the straight line between the ends gives the middle one within
+``rtol`` (relative) and the three schedules have as many transfers, the sizes between the
+ends are read off the line, else each half is treated the same way. Simulated sizes are
+exact; the check bounds nothing between its points, so the error of the others is measured
+against exact studies (``benchmarks/study_interpolation.py``, ``benchmarks/RESULTS.md``).
+
+:class:`Interpolation` only plans: it says which sizes to simulate next (all of a round at
+once, so that a caller may simulate them in parallel) and takes their results.
+"""
+from __future__ import annotations
+
+from ._checks import is_number
+from .errors import ConfigError
+
+__all__ = ["Interpolation", "DEFAULT_RTOL"]
+
+#: The middle check's tolerance (relative) of the studies' approximate mode.
+DEFAULT_RTOL = 1e-3
+
+
+class Interpolation:
+    """Which sizes of one shape to simulate, and the times of all of them.
+
+    Parameters
+    ----------
+    sizes : iterable of int
+        The sizes wanted (bytes); duplicates are ignored.
+    rtol : float
+        Tolerance (relative, in (0, 0.1]) of the middle size against the line through the ends.
+
+    Examples
+    --------
+    >>> sw = Interpolation([1, 2, 3, 4, 5], rtol=1e-3)
+    >>> while sw.wanted():
+    ...     for n in sw.wanted():
+    ...         sw.feed(n, seconds=1.0 + 2.0 * n, sent=10.0 * n, transfers=8)
+    >>> sw.results()[4], sorted(sw.simulated)
+    ((9.0, 40.0), [1, 3, 5])
+    """
+
+    def __init__(self, sizes, rtol: float = DEFAULT_RTOL):
+        if isinstance(rtol, bool) or not is_number(rtol) or not 0.0 < rtol <= 0.1:
+            raise ConfigError(f"rtol={rtol!r} must be a number in (0, 0.1]")
+        self.sizes = sorted({int(n) for n in sizes})
+        self.rtol = float(rtol)
+        self.simulated: dict = {}        # size -> (seconds, sent, transfers)
+        self._values: dict = {}          # size -> (seconds, sent), simulated or read off a line
+        s = self.sizes
+        self._open = [(0, len(s) - 1)] if len(s) > 2 else []
+        self._want = set(s if len(s) <= 2 else (s[0], s[-1]))
+
+    def wanted(self) -> list:
+        """Sizes to simulate before the next step (empty when every size has its time)."""
+        if not self._want:
+            self._advance()
+        return sorted(self._want)
+
+    def feed(self, n: int, seconds: float, sent: float, transfers: int) -> None:
+        """The simulated ``seconds`` and ``sent`` bytes of size ``n`` (a wanted one), whose
+        schedule had ``transfers`` transfers."""
+        if n not in self._want:
+            raise ConfigError(f"Interpolation.feed: size {n!r} was not wanted "
+                              f"(wanted: {sorted(self._want)})")
+        self._want.discard(n)
+        self.simulated[n] = (float(seconds), float(sent), int(transfers))
+        self._values[n] = (float(seconds), float(sent))
+
+    def results(self) -> dict:
+        """``{size: (seconds, sent)}`` of every size; call once :meth:`wanted` is empty."""
+        if self.wanted():
+            raise ConfigError(f"Interpolation.results: sizes {self.wanted()} are not simulated yet")
+        return {n: self._values[n] for n in self.sizes}
+
+    def _advance(self) -> None:
+        """Decide the open segments whose middles are known; open their halves or fill them."""
+        s, sim = self.sizes, self.simulated
+        still = []
+        for lo, hi in self._open:
+            if hi - lo < 2:
+                continue
+            mid = self._middle(lo, hi)
+            if s[mid] not in sim:
+                self._want.add(s[mid])
+                still.append((lo, hi))
+                continue
+            a, m, b = sim[s[lo]], sim[s[mid]], sim[s[hi]]
+            line = self._line(lo, hi)
+            guess = line(s[mid])[0]
+            same = a[2] == m[2] == b[2]
+            if same and abs(guess - m[0]) <= self.rtol * abs(m[0]):
+                for k in range(lo + 1, hi):
+                    if s[k] not in sim:
+                        self._values[s[k]] = line(s[k])
+            else:
+                for part in ((lo, mid), (mid, hi)):
+                    if part[1] - part[0] >= 2:
+                        still.append(part)
+                        self._want.add(s[self._middle(*part)])
+        self._open = still
+        self._want -= set(sim)
+
+    def _middle(self, lo: int, hi: int) -> int:
+        """The index between ``lo`` and ``hi`` whose size is nearest their mean."""
+        s = self.sizes
+        target = (s[lo] + s[hi]) / 2
+        return min(range(lo + 1, hi), key=lambda k: (abs(s[k] - target), k))
+
+    def _line(self, lo: int, hi: int):
+        """``size -> (seconds, sent)`` on the straight line through sizes ``lo`` and ``hi``."""
+        x0, x1 = self.sizes[lo], self.sizes[hi]
+        (t0, b0, _), (t1, b1, _) = self.simulated[x0], self.simulated[x1]
+
+        def at(x):
+            w = (x - x0) / (x1 - x0)
+            return t0 + w * (t1 - t0), b0 + w * (b1 - b0)
+        return at
