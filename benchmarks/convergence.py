@@ -40,17 +40,9 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from qsgd_emu.commands.study import int_list  # noqa: E402  (after ROOT is on the path)
+
 FORMAT, VERSION = "qsgd-convergence", 1
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
-    if not vals:
-        raise argparse.ArgumentTypeError("expected at least one integer")
-    return vals
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -65,8 +57,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--epochs", type=int, default=20, help="epochs of every run (default 20)")
     ap.add_argument("--ranks", type=int, default=2, help="local gloo ranks (default 2)")
-    ap.add_argument("--seeds", type=_ints, default=(0, 1, 2), help="comma-separated (default 0,1,2)")
-    ap.add_argument("--bits", type=_ints, default=(8, 4, 2), help="QSGD widths (default 8,4,2)")
+    ap.add_argument("--seeds", type=int_list("seeds"), default=(0, 1, 2), help="comma-separated (default 0,1,2)")
+    ap.add_argument("--bits", type=int_list("bits"), default=(8, 4, 2), help="QSGD widths (default 8,4,2)")
     ap.add_argument("--transport", default="allgather", choices=["allgather", "scatter_reduce_allgather"])
     ap.add_argument("--also", type=_names, default=(), help="also run fp16 and/or powersgd")
     ap.add_argument("--batch-size", type=int, default=32, help="samples per rank per step (default 32)")

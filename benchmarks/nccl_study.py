@@ -16,15 +16,7 @@ import json
 import sys
 import time
 
-
-def _ints(text: str) -> tuple:
-    try:
-        out = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of ints") from None
-    if not out:
-        raise argparse.ArgumentTypeError("the list is empty")
-    return out
+from qsgd_emu.commands.study import int_list
 
 
 def main(argv=None) -> int:
@@ -36,8 +28,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="out/demo/trace.json", help="PayloadTrace JSON")
-    ap.add_argument("--world-sizes", type=_ints, default=(8, 16, 32))
-    ap.add_argument("--bits", type=_ints, default=(32, 16, 8, 4, 2))
+    ap.add_argument("--world-sizes", type=int_list("world-sizes"), default=(8, 16, 32))
+    ap.add_argument("--bits", type=int_list("bits"), default=(32, 16, 8, 4, 2))
     ap.add_argument("--topology", action="append", default=None,
                     help="spec, repeatable (default the demo's two)")
     ap.add_argument("--device", default="A100")

@@ -20,18 +20,10 @@ import dataclasses
 import sys
 import time
 
+from qsgd_emu.commands.study import int_list
+
 TOPOLOGIES = ("cluster:dgx_a100x{N}", "cluster:dgx_a100x{N},nic_bw=25Gbit")
 TARGET = 0.005
-
-
-def _ints(text: str) -> tuple:
-    try:
-        out = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of ints") from None
-    if not out:
-        raise argparse.ArgumentTypeError("the list is empty")
-    return out
 
 
 def _errors(exact, approx) -> dict:
@@ -58,7 +50,8 @@ def main(argv=None) -> int:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--trace", default="out/demo/trace.json", help="PayloadTrace JSON")
-    ap.add_argument("--world-sizes", type=_ints, default=(8, 16, 32, 64, 128, 256))
+    ap.add_argument("--world-sizes", type=int_list("world-sizes"),
+                    default=(8, 16, 32, 64, 128, 256))
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--approximate-only", action="store_true")
     args = ap.parse_args(argv)

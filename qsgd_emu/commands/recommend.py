@@ -19,7 +19,7 @@ import json
 import os
 import sys
 
-from qsgd_emu.commands.study import _ints, _names
+from qsgd_emu.commands.study import int_list, _names
 from qsgd_emu.outputs import output_file
 
 TRANSPORTS = ("qsgd_allgather", "qsgd_scatter_reduce_allgather")
@@ -34,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--iterations", type=int, default=2, help="measured iterations")
     parser.add_argument("--topology", default="cluster:dgx_a100x{N}", metavar="SPEC",
                         help="topology spec; {N} = machines for the world size, {n} = GPUs")
-    parser.add_argument("--world-sizes", type=_ints("world-sizes"), default="64",
+    parser.add_argument("--world-sizes", type=int_list("world-sizes"), default="64",
                         help="comma-separated GPU counts")
     budget = parser.add_mutually_exclusive_group(required=True)
     budget.add_argument("--max-variance", type=float, metavar="V",
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest mean bits per compressed element")
     parser.add_argument("--transports", type=_names, default=",".join(TRANSPORTS),
                         help="comma-separated compressed transports allowed")
-    parser.add_argument("--bits", type=_ints("bits"),
+    parser.add_argument("--bits", type=int_list("bits"),
                         help="comma-separated widths allowed (default: all the trace measured)")
     parser.add_argument("--device", default="measured",
                         help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")

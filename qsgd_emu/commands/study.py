@@ -23,7 +23,7 @@ from qsgd_emu.outputs import output_dir
 TRANSPORT_NAMES = ("fp32", "fp16", "qsgd_allgather", "qsgd_scatter_reduce_allgather")
 
 
-def _ints(name: str):
+def int_list(name: str):
     def parse(text: str) -> tuple[int, ...]:
         try:
             vals = tuple(int(v) for v in text.split(",") if v.strip())
@@ -56,9 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
     parser.add_argument("--topology", action="append", metavar="SPEC",
                         help="topology spec, repeatable; {N} = machines for the world size, {n} = "
                              f"GPUs (default: {' and '.join(topologies)})")
-    parser.add_argument("--world-sizes", type=_ints("world-sizes"), default="8,64,512",
+    parser.add_argument("--world-sizes", type=int_list("world-sizes"), default="8,64,512",
                         help="comma-separated GPU counts")
-    parser.add_argument("--bits", type=_ints("bits"), default="32,16,8,4,2",
+    parser.add_argument("--bits", type=int_list("bits"), default="32,16,8,4,2",
                         help="32 = fp32, 16 = fp16 (and QSGD 16), 2..15 QSGD")
     parser.add_argument("--transports", type=_names, default=",".join(TRANSPORT_NAMES),
                         help="comma-separated transports")
