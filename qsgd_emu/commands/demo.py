@@ -29,7 +29,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Up to 128 GPUs: NCCL's channels and QSGD's all-to-all share links, so every collective
     # runs through the event loop, and each doubling of the GPUs costs about 2-4x; the study
     # takes about 4 minutes at 8..128 on the development machine (benchmarks/RESULTS.md).
-    parser.set_defaults(world_sizes="8,16,32,64,128", device=DEFAULT_DEVICE)
+    parser.set_defaults(world_sizes="8,16,32,64,128", device=DEFAULT_DEVICE,
+                        workers=default_workers())
+
+
+def default_workers() -> int:
+    """The demo's local processes: one per core this process may use, at most 4 (each holds
+    a copy of the graph's routes; more than 4 buys little on the demo's 20 tasks)."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:          # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(4, cores))
 
 
 def run(args) -> int:
