@@ -2,8 +2,8 @@
 
 :class:`NcclSystem` reads a topology as NCCL's topology detection would; :mod:`.channels`
 builds NCCL's rings and trees over it; :mod:`.builders` turns them into schedules with NCCL's
-per-hop latencies and protocol overheads (:mod:`.constants`, cited from NCCL's sources);
-:mod:`.cost` gives their closed forms, and :func:`plan` picks the fastest (algorithm,
+per-hop latencies and protocol overheads (:mod:`.constants`, cited from NCCL's sources),
+:mod:`.p2p` the all-to-all's grouped sends; :mod:`.cost` gives their closed forms, and :func:`plan` picks the fastest (algorithm,
 protocol) for a size as NCCL's tuner does, unless NCCL_ALGO / NCCL_PROTO style lists say
 otherwise.
 
