@@ -130,7 +130,17 @@ class Network:
         """What fixes the shape of the schedule of ``op`` by ``algorithm`` at ``nbytes``
         (:mod:`emulator.interpolation`): NCCL's plan (algorithm, protocol, channels) under
         NCCL's model, the (op, algorithm) of a textbook one; None where the sizes of its parts do
-        not follow the bytes alone (the QSGD transports' payload lists)."""
+        not follow the bytes alone (the QSGD transports' payload lists).
+
+        Examples
+        --------
+        >>> import topologies
+        >>> net = Network(topologies.from_spec("dgx_a100"))
+        >>> net.shape("allgather", "nccl", 1 << 30)
+        ('allgather', 'nccl', 'Ring', 'Simple', 1)
+        >>> net.shape("allreduce", "ring", 1 << 30)
+        ('allreduce', 'ring')
+        """
         algorithm = self.resolve(op, algorithm)
         if algorithm in nccl.QSGD or algorithm.startswith("qsgd_"):
             return None

@@ -125,7 +125,15 @@ def _make_table(system: NcclSystem) -> Table:
 
 def uniform(system: NcclSystem, per_destination) -> np.ndarray:
     """The size matrix of sends whose bytes depend on the receiver only:
-    ``per_destination[j]`` bytes to ``system.ranks[j]`` from every rank."""
+    ``per_destination[j]`` bytes to ``system.ranks[j]`` from every rank.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("switch:3"), range(3))
+    >>> uniform(s, [10, 20, 30]).tolist()
+    [[10, 20, 30], [10, 20, 30], [10, 20, 30]]
+    """
     v = np.asarray(per_destination, dtype=np.int64)
     return np.broadcast_to(v, (len(system.ranks), len(v)))
 
@@ -138,7 +146,15 @@ def _waits(system: NcclSystem, t: Table, proto: str) -> np.ndarray:
 
 def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
     """Seconds of :func:`alltoall` with every send at once: the slowest
-    ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency)."""
+    ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency).
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16))
+    >>> round(time(s, uniform(s, [1 << 20] * 16)) * 1e6, 1)       # us, 1 MiB per pair
+    573.4
+    """
     t = table(system)
     if not len(t.i):
         return 0.0
@@ -149,9 +165,19 @@ def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
 
 def alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="alltoall",
              eff: float | None = None) -> np.ndarray:
-    """Add NCCL's all-to-all of ``sizes`` (the module's matrix) to ``b``, one transfer per
-    ordered pair in increasing (src, dst) order; returns the ``(p, p)`` matrix of transfer
-    ids (-1 on the diagonal)."""
+    """Add NCCL's all-to-all of ``sizes`` (the module's matrix, bytes) to ``b``, one transfer
+    per ordered pair in increasing (src, dst) order; returns the ``(p, p)`` matrix of
+    transfer ids (-1 on the diagonal). ``eff`` is the payload share of the bandwidth
+    (default: the protocol's).
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("switch:3"), range(3))
+    >>> b = Builder()
+    >>> alltoall(b, s, uniform(s, [100, 100, 100])).tolist()
+    [[-1, 0, 1], [2, -1, 3], [4, 5, -1]]
+    """
     t = table(system)
     p = len(system.ranks)
     ids = np.full((p, p), -1, dtype=np.int64)
