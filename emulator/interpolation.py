@@ -66,7 +66,8 @@ class Interpolation:
 
     def wanted(self) -> list:
         """Sizes to simulate before the next step (empty when every size has its time)."""
-        if not self._want:
+        # a split can leave halves whose checks are all simulated already: decide on
+        while not self._want and self._open:
             self._advance()
         return sorted(self._want)
 

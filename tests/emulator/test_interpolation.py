@@ -174,3 +174,39 @@ def test_study_command_takes_the_mode(tmp_path):
 
 def test_emulator_exports_stay_the_same():
     assert "Interpolation" not in emulator.__all__      # an internal of Network and studies
+
+
+@pytest.mark.parametrize("seed", range(200))
+def test_any_function_and_sizes_end_with_every_size_known(seed):
+    # random sizes and random piecewise functions with jitter: the planning always finishes,
+    # simulated sizes keep their values, and a size read off a line lies between the
+    # simulated sizes around it on their straight line
+    rng = np.random.default_rng(seed)
+    sizes = sorted(set(rng.integers(1, 10_000, size=int(rng.integers(1, 40))).tolist()))
+    kinks = np.sort(rng.uniform(0, 10_000, size=int(rng.integers(0, 4))))
+    jitter = float(rng.choice([0.0, 1e-4, 1e-2]))
+    noise = {n: 1.0 + jitter * rng.standard_normal() for n in sizes}
+
+    def f(n):
+        return (1e-6 + 1e-9 * n + sum(3e-10 * max(0.0, n - k) for k in kinks)) * noise[n]
+
+    rtol = float(rng.choice([1e-4, 1e-3, 1e-2]))
+    count = lambda n: 8 if n < 5_000 or seed % 3 else 16     # noqa: E731
+    it = Interpolation(sizes, rtol=rtol)
+    _run(it, f, transfers=count)
+    res = it.results()
+    assert sorted(res) == sizes
+    sim = sorted(it.simulated)
+    for n in sizes:
+        if n in it.simulated:
+            assert res[n][0] == f(n)
+            continue
+
+        def on(a, b, x):
+            return f(a) + (x - a) / (b - a) * (f(b) - f(a))
+
+        # read off the line through two simulated sizes around it, of one schedule shape,
+        # with every simulated size between them on that line within rtol
+        assert any(res[n][0] == pytest.approx(on(a, b, n), rel=1e-12) and count(a) == count(b)
+                   and all(abs(on(a, b, m) - f(m)) <= rtol * f(m) for m in sim if a < m < b)
+                   for a in sim if a < n for b in sim if b > n)
