@@ -102,8 +102,8 @@ def _make_table(system: NcclSystem) -> Table:
     for k, r in enumerate(leg_rows):
         L[k, :len(r)] = r
     lat = np.array([f[1] for f in facts] + [0.0])
-    raw = np.array([min(f[2]) for f in facts] + [np.inf])
-    usable = np.array([min(f[3]) for f in facts] + [np.inf])
+    raw = np.array([min(f[2], default=np.inf) for f in facts] + [np.inf])
+    usable = np.array([min(f[3], default=np.inf) for f in facts] + [np.inf])
     net = np.array([f[4] for f in facts] + [False])
     # Flows on a channel: every send counts each of its legs' channels once per crossing.
     uses = np.bincount(L.ravel(), minlength=pad + 1)
