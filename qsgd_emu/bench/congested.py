@@ -12,6 +12,10 @@ SimPy model (:func:`qsgd_emu.bench.emulator.naive_simulate`) where its message c
   sibling; its inter-node hop leaves through NIC c xor 1 and enters through NIC c (both on
   that PCIe switch: rail-aligned), hashed over the spines by ECMP with flow label c. The NCCL
   model's own multi-channel builder, when merged, is the one to time here instead.
+- ``nccl-a2a-1024``: NCCL's all-to-all (grouped send/recv, PXN routes through the
+  destination's rail NIC: :mod:`emulator.collectives.nccl.p2p`), 64 MB per rank, on
+  ``cluster:dgx_a100x128`` (1024 GPUs): a million sends over waypoint routes, the routing a
+  study's first all-to-all pays on a graph.
 - ``qsgd-sra-512``: QSGD's scatter-reduce-allgather of a 100 MB fp32 gradient (25e6
   elements) at 4 bits on ``cluster:dgx_a100x64`` (512 GPUs): owner j's chunk costs
   ``qsgd.payload_nbytes`` of its elements, as the study replays it.
@@ -85,6 +89,13 @@ def ring_channels(G, nodes: int, channels: int, nbytes: int, gpus_per_node: int 
         route=np.concatenate([r for _, r, _ in parts]), routes=tuple(routes))
 
 
+def _nccl_alltoall(n: int):
+    def build(G):
+        import emulator
+        return emulator.build_schedule("alltoall", "nccl_p2p", n, 64 * MB, graph=G)
+    return build
+
+
 def _ring8(G):
     return ring_channels(G, 128, 8, 100 * MB)
 
@@ -111,6 +122,8 @@ CASES = {c.name: c for c in (
          1047552),
     Case("ring8-1024", "cluster:dgx_h100x128,fabric=leaf_spine", _ring8,
          "ring allreduce 100 MB, 8 channels, ECMP", 8 * 2 * 1023 * 1024),
+    Case("nccl-a2a-1024", "cluster:dgx_a100x128", _nccl_alltoall(1024),
+         "NCCL all-to-all (p2p, PXN routes), 64 MB/rank", 1047552),
     Case("qsgd-sra-512", "cluster:dgx_a100x64", _qsgd_sra(512),
          "QSGD scatter-reduce-allgather, 100 MB fp32 at 4 bits", 2 * 511 * 512),
 )}

@@ -450,7 +450,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "GPU counts, multiples of 8 (e.g. 16,32,64); none when not given")
     parser.add_argument("--congested", default="all", metavar="CASES",
                         help="congested cases to run, comma-separated, or 'none'; 'all' is "
-                             "alltoall-64,alltoall-256,alltoall-1024,ring8-1024,qsgd-sra-512")
+                             "alltoall-64,alltoall-256,alltoall-1024,ring8-1024,nccl-a2a-1024,"
+                             "qsgd-sra-512")
     parser.add_argument("--tolerance", type=float, default=None,
                         help="approximate mode's tolerance; emulator.engine.APPROX_TOLERANCE "
                              "when not given")
