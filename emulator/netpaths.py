@@ -38,7 +38,7 @@ class _Routes:
     def __init__(self, G, gpus):
         import topologies
 
-        self.router = topologies.Router(G)
+        self.router = topologies.router_of(G)
         self.gpus = list(gpus)
         self.chan_of: dict = {}           # u -> {v: id of channel u -> v}
         channels, cap, lat = [], [], []

@@ -187,3 +187,15 @@ def test_8192_gpu_cluster_ring_neighbours_are_shortest():
         p = R.path("n0.gpu7", "n1.gpu0", flow)
         assert not any(x.startswith("spine") for x in p)
         assert sum(x.endswith("nvswitch") for x in p) == 1 and len(p) == 9
+
+
+def test_one_router_per_graph_shared_and_rebuilt_when_the_graph_changes():
+    import topologies
+
+    G = topologies.switch(4)
+    r = topologies.router_of(G)
+    assert topologies.router_of(G) is r
+    assert topologies.router_of(topologies.switch(4)) is not r        # another graph
+    G.edges["gpu0", "sw0"]["latency"] = 5e-6                          # changed in place
+    r2 = topologies.router_of(G)
+    assert r2 is not r and r2.path("gpu0", "gpu1") == topologies.Router(G).path("gpu0", "gpu1")

@@ -131,7 +131,7 @@ class NcclSystem:
         groups = _group_by_node(G, gpus, ranks, machines)
         sms = [G.nodes[gpus[r]].get("sm") for r in ranks]
         sm = None if any(s is None for s in sms) else int(min(sms))
-        router = topologies.Router(G)
+        router = topologies.router_of(G)
         intra_hw = "nvlink"
         nvswitch = True
         for grp in groups:
