@@ -59,14 +59,12 @@ class Interpolation:
         self.sizes = sorted({int(n) for n in sizes})
         self.rtol = float(rtol)
         self.simulated: dict = {}        # size -> (seconds, sent, transfers)
-        self._values: dict = {}          # size -> (seconds, sent), simulated or read off a line
-        s = self.sizes
-        self._open = [(0, len(s) - 1)] if len(s) > 2 else []
-        self._want = set(s if len(s) <= 2 else (s[0], s[-1]))
+        self._read: dict = {}            # size -> (seconds, sent), read off a line
+        self._open = [(0, len(self.sizes) - 1)] if self.sizes else []   # undecided ranges
+        self._want: set = set()
 
     def wanted(self) -> list:
         """Sizes to simulate before the next step (empty when every size has its time)."""
-        # a split can leave halves whose checks are all simulated already: decide on
         while not self._want and self._open:
             self._advance()
         return sorted(self._want)
@@ -79,44 +77,40 @@ class Interpolation:
                               f"(wanted: {sorted(self._want)})")
         self._want.discard(n)
         self.simulated[n] = (float(seconds), float(sent), int(transfers))
-        self._values[n] = (float(seconds), float(sent))
 
     def results(self) -> dict:
         """``{size: (seconds, sent)}`` of every size; call once :meth:`wanted` is empty."""
         if self.wanted():
             raise ConfigError(f"Interpolation.results: sizes {self.wanted()} are not simulated yet")
-        return {n: self._values[n] for n in self.sizes}
+        return {n: self.simulated[n][:2] if n in self.simulated else self._read[n]
+                for n in self.sizes}
 
     def _advance(self) -> None:
-        """Decide the open segments whose checks are known; open their halves or fill them."""
+        """One pass over the open ranges: ask for the ends and checks not simulated yet; a
+        range with all of them decides: its sizes read off its line, or its two halves open."""
         s, sim = self.sizes, self.simulated
         still = []
         for lo, hi in self._open:
-            if hi - lo < 2:
-                continue
-            checks = self._checks(lo, hi)
-            todo = [s[k] for k in checks if s[k] not in sim]
+            checks = self._checks(lo, hi) if hi - lo >= 2 else []
+            todo = [s[k] for k in (lo, hi, *checks) if s[k] not in sim]
             if todo:
                 self._want.update(todo)
                 still.append((lo, hi))
                 continue
+            if not checks:                  # nothing between its simulated ends
+                continue
             line = self._line(lo, hi)
             count = sim[s[lo]][2]
-            on_line = all(sim[s[k]][2] == count and
-                          abs(line(s[k])[0] - sim[s[k]][0]) <= self.rtol * abs(sim[s[k]][0])
-                          for k in checks) and sim[s[hi]][2] == count
+            on_line = sim[s[hi]][2] == count and all(
+                sim[s[k]][2] == count and
+                abs(line(s[k])[0] - sim[s[k]][0]) <= self.rtol * abs(sim[s[k]][0])
+                for k in checks)
             if on_line:
-                for k in range(lo + 1, hi):
-                    if s[k] not in sim:
-                        self._values[s[k]] = line(s[k])
+                self._read.update((s[k], line(s[k])) for k in range(lo + 1, hi)
+                                  if s[k] not in sim)
             else:
-                mid = checks[0]
-                for part in ((lo, mid), (mid, hi)):
-                    if part[1] - part[0] >= 2:
-                        still.append(part)
-                        self._want.update(s[k] for k in self._checks(*part))
+                still += [(lo, checks[0]), (checks[0], hi)]
         self._open = still
-        self._want -= set(sim)
 
     def _checks(self, lo: int, hi: int) -> list:
         """The sizes that must lie on the line from ``lo`` to ``hi`` (indices): the one
