@@ -256,7 +256,8 @@ def test_every_nccl_algorithm_builds_valid_schedules():
 
 
 def test_message_is_split_across_channels():
-    s, r = run("cluster:dgx_a100x2", "allreduce", "nccl_ring", 16 * 8 * 1000, "Simple")
+    # 512 kB: enough for NCCL's 8 channels (32 KiB per channel's threads, Simple)
+    s, r = run("cluster:dgx_a100x2", "allreduce", "nccl_ring", 16 * 8 * 4000, "Simple")
     assert s.detail["nccl"]["channels"] == 8
     # every NIC carries one channel's share each way
     nic_bytes = {l.u: l.bytes for l in r.links if l.u.endswith(tuple(f"nic{j}" for j in range(8)))
@@ -264,8 +265,50 @@ def test_message_is_split_across_channels():
     assert len(nic_bytes) == 16 and len(set(nic_bytes.values())) == 1
 
 
+@pytest.mark.parametrize("algo, proto, ranks, per_channel", [
+    ("Ring", "LL", 32, 512 * 8 * 32),           # LL: 8 B per thread per rank, 512 threads
+    ("Ring", "LL", 1024, 512 * 8 * 1024),
+    ("Ring", "LL128", 32, 640 * 8),
+    ("Ring", "Simple", 32, 512 * 64),
+    ("Tree", "LL", 1024, 512 * 8),              # trees' LL threshold does not grow with ranks
+    ("Tree", "Simple", 1024, 512 * 64),
+])
+def test_small_messages_run_on_fewer_channels(algo, proto, ranks, per_channel):
+    for nc in (1, 3, 8):
+        assert nccl.channels_for_size(ranks, algo, proto, nc * per_channel, 8) == nc
+        if nc > 1:
+            assert nccl.channels_for_size(ranks, algo, proto, nc * per_channel - 1, 8) == nc - 1
+    assert nccl.channels_for_size(ranks, algo, proto, 1, 8) == 1
+    assert nccl.channels_for_size(ranks, algo, proto, 1 << 40, 8) == 8
+    assert nccl.channels_for_size(ranks, algo, proto, 1 << 40, 3) == 3
+
+
+def test_nvls_and_all_to_all_keep_their_channels():
+    assert nccl.channels_for_size(1024, "NVLS", "Simple", 1, 16) == 16
+    assert nccl.channels_for_size(1024, "NVLSTree", "Simple", 1, 16) == 16
+    assert nccl.channels_for_size(1024, "P2P", "Simple", 1, 8) == 8
+
+
+def test_a_small_ring_runs_on_fewer_channels_and_nics():
+    # 32 ranks: a ring LL channel wants 128 KiB; 3.5 of them run on 3 channels, whose rings
+    # leave each node through 3 of its 8 NICs
+    G = graph("cluster:dgx_a100x4")
+    nbytes = 7 * 64 * 1024
+    p = nccl.plan(G, "allreduce", nbytes, algo="Ring", proto="LL")
+    assert p.channels == 3 and p.describe() == "NCCL Ring/LL, 3 channels"
+    assert nccl.plan(G, "allreduce", 1 << 26, algo="Ring", proto="LL").channels == 8
+    s, r = run("cluster:dgx_a100x4", "allreduce", "nccl_ring", nbytes, "LL")
+    assert s.detail["nccl"]["channels"] == 3
+    assert s.detail["nccl"]["predicted_s"] == pytest.approx(p.predicted_s)
+    nics = {l.u for l in r.links if "nic" in l.u.rsplit("/", 1)[-1] and l.bytes > 0
+            and ("spine" in l.v or "leaf" in l.v)}
+    assert len(nics) == 3 * 4
+    # the closed form of the 3 channels, as for every congested ring: an upper bound, close
+    assert p.predicted_s * 0.85 <= r.time_s <= p.predicted_s * (1 + 1e-9)
+
+
 def test_qsgd_transports_move_payloads_on_nccl_channels():
-    pb = [5000 + 7 * j for j in range(16)]
+    pb = [50_000 + 7 * j for j in range(16)]     # 800 kB gathered: all 8 channels
     s, r = run("cluster:dgx_a100x2", "allreduce", "nccl_qsgd_allgather", 1 << 20, payload_bytes=pb)
     assert s.detail["payload_bytes"] == 15 * sum(pb)
     assert s.detail["nccl"]["channels"] == 8

@@ -29,12 +29,13 @@ import numpy as np
 from ...errors import ConfigError
 from .._schedule import Builder, check_ranks
 from . import builders, constants, cost, p2p
-from .channels import base_rings, channel_rings, channel_trees
+from .channels import base_rings, channel_rings, channel_trees, channels_for_size
 from .constants import ALGOS, PROTOCOLS
 from .system import NcclSystem
 
 __all__ = ["NcclSystem", "Plan", "plan", "build", "parse_list", "OP_ALGOS", "NAMES", "PROTOCOLS",
-           "ALGOS", "channel_rings", "channel_trees", "base_rings", "constants"]
+           "ALGOS", "channel_rings", "channel_trees", "channels_for_size", "base_rings",
+           "constants"]
 
 #: What NCCL runs for each op (tuning.cc: trees and NVLS only reduce; all-to-all is p2p).
 OP_ALGOS = {
@@ -97,7 +98,8 @@ class Plan:
         NCCL's names (``Ring``/``Tree``/``NVLS``/``NVLSTree``/``P2P``; ``LL``/``LL128``/
         ``Simple``).
     channels : int
-        Channels (rings) the schedule uses.
+        Channels (rings) the schedule uses: the communicator's, fewer for a small message
+        (:func:`channels_for_size`).
     predicted_s : float
         The closed form's seconds for the choice.
     candidates : tuple of (algorithm, protocol, seconds)
@@ -192,8 +194,13 @@ def _choose(system, rings, op, nbytes, algo, proto, blocks=None):
     if blocks is None:
         blocks = _blocks(system, op, nbytes)
     timed = [(a, p, _time(system, rings, op, a, p, nbytes, blocks)) for a, p in cands]
-    best = min(timed, key=lambda t: t[2])
-    return best, tuple(timed)
+    a, p, t = min(timed, key=lambda t: t[2])
+    # NCCL chooses with every channel counted, then runs a small message on fewer
+    # (channels_for_size); the choice's time is that of the channels it runs on.
+    run = rings[:channels_for_size(len(system.ranks), a, p, nbytes, len(rings))]
+    if len(run) < len(rings):
+        t = _time(system, run, op, a, p, nbytes, blocks)
+    return (a, p, t), tuple(timed), run
 
 
 def plan(G, op: str, nbytes: int, ranks=None, *, algo=None, proto=None, channels=None,
@@ -213,7 +220,8 @@ def plan(G, op: str, nbytes: int, ranks=None, *, algo=None, proto=None, channels
     algo, proto : str or sequence, optional
         NCCL_ALGO / NCCL_PROTO style restrictions (``"Ring"``, ``"^NVLS"``, ``"LL,LL128"``).
     channels : int, optional
-        Channels to use (default NCCL's: one per distinct ring).
+        The communicator's channels (default NCCL's: one per distinct ring); a small message
+        runs on fewer, as NCCL runs it (:func:`channels_for_size`).
 
     Returns
     -------
@@ -230,8 +238,8 @@ def plan(G, op: str, nbytes: int, ranks=None, *, algo=None, proto=None, channels
     if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes <= 0:
         raise ConfigError(f"nbytes={nbytes!r} must be an integer number of bytes > 0")
     rings = channel_rings(system, channels)
-    (a, p, t), timed = _choose(system, rings, op, int(nbytes), algo, proto)
-    return Plan(op, a, p, len(rings), t, timed)
+    (a, p, t), timed, run = _choose(system, rings, op, int(nbytes), algo, proto)
+    return Plan(op, a, p, len(run), t, timed)
 
 
 def _ranks(G, ranks):
@@ -256,7 +264,7 @@ def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1
     if algo is not None and algo not in OP_ALGOS.get(op, ()):
         raise ConfigError(f"algorithm={name!r} does not run {op} (NCCL runs {op} with "
                           f"{', '.join(OP_ALGOS.get(op, ()))})")
-    (a, p, t), timed = _choose(system, rings, op, nbytes, algo, protocol)
+    (a, p, t), timed, rings = _choose(system, rings, op, nbytes, algo, protocol)
     if len(system.ranks) >= 2:
         eff = cost.efficiency(system, rings, a, p)
         if a == "Ring":
@@ -293,8 +301,8 @@ def _qsgd(b, system, rings, name, ranks, nbytes, payload_bytes, protocol):
 
     p = len(system.ranks)
     sizes = _payloads(payload_bytes, p, name)
-    (a, proto, t), timed = _choose(system, rings, "allgather", max(int(sizes.sum()), 1), "Ring",
-                                   protocol, blocks=sizes)
+    (a, proto, t), timed, rings = _choose(system, rings, "allgather", max(int(sizes.sum()), 1),
+                                          "Ring", protocol, blocks=sizes)
     sent = 0
     if p >= 2:
         eff = cost.efficiency(system, rings, "Ring", proto)

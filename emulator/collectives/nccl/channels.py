@@ -277,6 +277,51 @@ def channel_rings(system: NcclSystem, channels: int | None = None) -> list:
     return [rings[c % len(rings)] for c in range(channels)]
 
 
+def channels_for_size(n_ranks: int, algo: str, proto: str, nbytes: int, channels: int) -> int:
+    """How many of ``channels`` NCCL runs a Ring or Tree collective of ``nbytes`` on.
+
+    NCCL picks the algorithm and protocol with every channel counted (tuning.cc), then gives
+    each channel's threads at least a threshold of bytes: while ``nbytes < channels x threads
+    x threshold`` it drops a channel (src/enqueue.cc ``topoGetAlgoInfo``, "Ring/Tree channel
+    tuning"; threads and thresholds in :mod:`.constants`). A ring's LL threshold grows with
+    the ranks, so on many GPUs LL rings run on few channels: each channel's ring leaves a node
+    through its own NIC, so a small message on few channels also crosses few NICs. NVLS and
+    the all-to-all keep their channels.
+
+    Parameters
+    ----------
+    n_ranks : int
+        Ranks of the communicator.
+    algo, proto : str
+        NCCL's names of the chosen algorithm and protocol.
+    nbytes : int
+        NCCL's ``nBytes``: the message size as nccl-tests counts it (all-gather and
+        reduce-scatter: the whole gathered buffer).
+    channels : int
+        The communicator's channels.
+
+    Returns
+    -------
+    int
+        Channels the collective runs on, 1..``channels``.
+
+    Examples
+    --------
+    >>> channels_for_size(1024, "Ring", "LL", 8_196_000, 8)     # LL: 8 x 1024 B per thread
+    1
+    >>> channels_for_size(16, "Ring", "Simple", 1 << 20, 8)
+    8
+    """
+    if algo not in ("Ring", "Tree"):
+        return channels
+    threshold = C.THREAD_THRESHOLD[proto] * (n_ranks if (algo, proto) == ("Ring", "LL") else 1)
+    per_channel = C.MAX_THREADS[proto] * threshold
+    nc = channels
+    while nc >= 2 and nbytes < nc * per_channel:
+        nc -= 1
+    return nc
+
+
 @dataclass(frozen=True)
 class Tree:
     """A tree over ranks: ``parent[r]`` (-1 at the root), ``children[r]`` in sending order and

@@ -101,6 +101,17 @@ NVLS_EFFICIENCY = {"volta": 0.0, "ampere": 0.0, "hopper": 0.85, "blackwell": 0.7
 #: holds 120 of every 128 bytes of 8 x 640 x 120 x 8 bytes / 8.
 CHUNK_BYTES = {"LL": 32 * 1024, "LL128": 576 * 1024, "Simple": 512 * 1024}
 
+#: src/include/comm.h "Channels / LL tuning": bytes each thread should have before NCCL adds
+#: another channel (NCCL_LL_THREAD_THRESHOLD, NCCL_LL128_THREAD_THRESHOLD,
+#: NCCL_SIMPLE_THREAD_THRESHOLD); tuning.cc multiplies the ring LL one by the number of ranks.
+THREAD_THRESHOLD = {"LL": 8, "LL128": 8, "Simple": 64}
+
+#: src/include/device.h: threads per channel NCCL starts from (NCCL_LL_MAX_NTHREADS,
+#: NCCL_LL128_MAX_NTHREADS, NCCL_SIMPLE_MAX_NTHREADS; tuning.cc gives a ring 256 Simple threads
+#: instead when its channels together carry no more than PCI_BW, which matters only below
+#: 16 KiB per channel and is not modelled).
+MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
+
 #: src/include/device.h MAXCHANNELS (32 up to NCCL 2.18; newer versions allow 64 only on
 #: systems with more SMs than the presets have).
 MAX_CHANNELS = 32
