@@ -22,10 +22,13 @@ def main(argv=None) -> int:
     ap.add_argument("--world-size", type=int, default=64, help="GPUs")
     ap.add_argument("--topology", default="cluster:dgx_a100x{N}", help="study topology spec")
     ap.add_argument("--device", default="A100", help="device the compute is scaled to")
+    ap.add_argument("--approximate", action="store_true",
+                    help="the study's approximate mode (StudyConfig(exact=False))")
     args = ap.parse_args(argv)
     trace = qsgd.PayloadTrace.load(args.trace)
     cfg = emulator.StudyConfig(trace=trace, world_sizes=(args.world_size,), bits=(32, 16, 8, 4, 2),
-                               topologies=(args.topology,), device=args.device)
+                               topologies=(args.topology,), device=args.device,
+                               exact=not args.approximate)
     print(f"{'task':<32} {'collectives':>11} {'wall s':>8}  slowest collective")
     for task in _tasks(cfg):
         seen: list[tuple[float, str]] = []
