@@ -9,6 +9,7 @@ identical tables; :mod:`emulator.studyresult` documents the columns and their un
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import time
@@ -20,6 +21,7 @@ from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
 from emulator.replaying import TRANSPORTS, collective_requests, replay
 from emulator.interpolation import DEFAULT_RTOL
+from emulator.estimate import estimate, task_label, wall_of
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
 from ._checks import is_int, is_number
 
@@ -196,7 +198,7 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
     def on_simulated(op: str, nbytes: int, wall_s: float) -> None:
         state["simulated"] += 1
         bits, transport = combos[state["combo"]]
-        progress(f"{_label(task)}: {transport} {bits}-bit ({state['combo'] + 1}/{len(combos)}), "
+        progress(f"{task_label(task)}: {transport} {bits}-bit ({state['combo'] + 1}/{len(combos)}), "
                  f"{state['simulated']} collectives simulated, last {op} of {nbytes:,} B "
                  f"in {wall_s:.1f} s")
 
@@ -277,86 +279,6 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
 
 
 # ---------------------------------------------------------------- the study
-#: How a task's work grows with its GPUs p: every schedule here (rings, trees, all-to-all, the
-#: QSGD transports) has O(p) steps of p transfers, so O(p**2) transfers to route and time.
-COST_EXPONENT = 2
-
-
-@dataclass(frozen=True)
-class StudyEstimate:
-    """How long the rest of a study should take, from its smallest world size timed first.
-
-    Attributes
-    ----------
-    seconds : float
-        Estimated wall seconds of the remaining tasks on the workers given.
-    parts : tuple of (str, float)
-        ``(task label, estimated seconds)`` of the remaining tasks, largest first.
-    basis : str
-        What the estimate extrapolates from.
-    by_task : dict
-        Task index -> estimated seconds, for the remaining tasks.
-    """
-
-    seconds: float
-    parts: tuple
-    basis: str
-    by_task: dict = field(default_factory=dict, compare=False, repr=False)
-
-    def advice(self, limit_s: float) -> str:
-        """Why the study is refused, and how to make it smaller."""
-        big = "; ".join(f"{label} ~{_minutes(s)}" for label, s in self.parts[:3])
-        return (f"the study would take about {_minutes(self.seconds)} on this machine "
-                f"({self.basis}), more than the limit of {_minutes(limit_s)}. The largest parts: "
-                f"{big}. Make it smaller: fewer or smaller --world-sizes, fewer --transports or "
-                f"--bits, more --workers, or a larger --time-limit.")
-
-
-def _minutes(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
-def _label(task) -> str:
-    _, spec, w, combos = task
-    return f"{spec} at {w} GPUs, {combos[0][1]}"
-
-
-def estimate(tasks: list, seconds: dict, workers: int) -> StudyEstimate:
-    """Seconds the tasks not in ``seconds`` should take, from those that are.
-
-    Parameters
-    ----------
-    tasks : list
-        The study's tasks ``(config, spec, world_size, combos)``.
-    seconds : dict
-        Task index -> measured wall seconds, for the tasks already run (at least one per
-        (topology, transport)).
-    workers : int
-        Tasks run at once.
-    """
-    base = {}
-    for i, s in seconds.items():
-        _, spec, w, combos = tasks[i]
-        key = (spec, combos[0][1])
-        if key not in base or w < base[key][0]:
-            base[key] = (w, s)
-    by_task = {}
-    for i, task in enumerate(tasks):
-        if i in seconds:
-            continue
-        _, spec, w, combos = task
-        w0, s0 = base[(spec, combos[0][1])]
-        by_task[i] = s0 * (w / w0) ** COST_EXPONENT
-    parts = sorted(((_label(tasks[i]), s) for i, s in by_task.items()), key=lambda p: -p[1])
-    total = sum(s for _, s in parts)
-    # the largest task bounds the wall time from below whatever the number of workers
-    wall = max(total / max(1, workers), parts[0][1] if parts else 0.0)
-    sizes = sorted({tasks[i][2] for i in seconds})
-    basis = (f"its {', '.join(map(str, sizes))}-GPU tasks took {sum(seconds.values()):.1f} s; "
-             f"work grows as GPUs**{COST_EXPONENT}")
-    return StudyEstimate(wall, tuple(parts), basis, by_task)
-
-
 def _timed(task, progress=None) -> tuple[float, list]:
     """``run_task`` and its wall seconds, measured where it runs."""
     t0 = time.perf_counter()
@@ -384,9 +306,11 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
               task_progress: Callable[[str], None] | None = None) -> Study:
     """Run every task of ``config``; the :class:`~emulator.Study` of its rows.
 
-    The tasks of the smallest world size run first; from their times the rest is estimated
-    (:func:`estimate`), and the study stops with a :class:`ConfigError` saying how to make it
-    smaller when that exceeds ``time_limit_s``.
+    The tasks of the smallest world size run first, a pilot; from their times the rest is
+    estimated (:func:`estimate`). While the pilot and that estimate exceed ``time_limit_s``, the
+    next world size joins the pilot if its own estimate fits in what is left (small tasks are
+    mostly overheads, so an estimate from a larger size is closer); when it does not, the
+    study stops with a :class:`ConfigError` saying how to make it smaller.
 
     Parameters
     ----------
@@ -429,8 +353,6 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     if not is_int(workers) or workers < 1:
         raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
     if config.compute is None:
-        import dataclasses
-
         compute = ComputeModel.for_device(config.device, config.trace)
         config = dataclasses.replace(config, compute=compute)
     config.combos()
@@ -442,18 +364,19 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     total = len(tasks)
     results: list = [None] * total
     seconds: dict = {}
-    first = min(config.world_sizes)
-    pilot = [i for i, task in enumerate(tasks) if task[2] == first]
-    rest = [i for i in range(total) if tasks[i][2] != first]
-    left: dict = {}          # remaining task -> estimated seconds, once the pilot has run
+    sizes = sorted(set(config.world_sizes))
+    stage = [[i for i, task in enumerate(tasks) if task[2] == w] for w in sizes]
+    rest = [i for i in range(total) if tasks[i][2] != sizes[0]]
+    left: dict = {}          # remaining task -> estimated seconds, once a pilot has run
+    state = {"estimated": False}
 
     def done(i, wall_s, out):
         results[i], seconds[i] = out, wall_s
         left.pop(i, None)
         if progress is not None:
             eta = None
-            if len(seconds) >= len(pilot):
-                eta = max(sum(left.values()) / workers, max(left.values(), default=0.0))
+            if state["estimated"]:
+                eta = wall_of(left.values(), workers)
             progress(len(seconds), total, eta)
 
     if rest and (time_limit_s is not None or progress is not None):
@@ -461,12 +384,27 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
         from .engine import warm_up
 
         warm_up()
-    _run_tasks(tasks, pilot, done, workers, cluster, task_progress)
-    if rest:
-        plan = estimate(tasks, {i: seconds[i] for i in pilot}, workers)
-        if time_limit_s is not None and plan.seconds > time_limit_s:
-            raise ConfigError(plan.advice(time_limit_s))
+    _run_tasks(tasks, stage[0], done, workers, cluster, task_progress)
+    k = 0
+    while rest:
+        plan = estimate(tasks, dict(seconds), workers)
+        spent = wall_of(seconds.values(), workers)
+        if time_limit_s is None or spent + plan.seconds <= time_limit_s:
+            break
+        nxt = wall_of((plan.by_task[i] for i in stage[k + 1]), workers)
+        if spent + nxt > time_limit_s:
+            whole = dataclasses.replace(plan, seconds=spent + plan.seconds)
+            raise ConfigError(whole.advice(time_limit_s))
+        k += 1
+        left.clear()
         left.update(plan.by_task)
+        state["estimated"] = True
+        _run_tasks(tasks, stage[k], done, workers, cluster, task_progress)
+        rest = [i for i in rest if i not in seconds]
+    if rest:
+        left.clear()
+        left.update(plan.by_task)
+        state["estimated"] = True
     # Largest first: the longest tasks start at once and the short ones fill the gaps
     # (longest-processing-time-first scheduling).
     _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster,

@@ -561,19 +561,58 @@ def test_study_command_timeline_uses_the_rows_compute_model(tmp_path, capsys):
 
 
 # ---------------------------------------------------------------- estimates and limits
-def test_estimate_extrapolates_from_the_smallest_world_size():
-    from emulator.study import COST_EXPONENT, estimate
+def test_estimate_extrapolates_from_the_largest_world_size_run():
+    from emulator.estimate import COST_EXPONENT, estimate
 
     cfg = grid()
     tasks = [(cfg, "s", 2, ((32, "fp32"),)), (cfg, "s", 2, ((4, "qsgd_allgather"),)),
-             (cfg, "s", 8, ((32, "fp32"),)), (cfg, "s", 8, ((4, "qsgd_allgather"),))]
+             (cfg, "s", 8, ((32, "fp32"),)), (cfg, "s", 8, ((4, "qsgd_allgather"),)),
+             (cfg, "s", 4, ((32, "fp32"),))]
     plan = estimate(tasks, {0: 0.5, 1: 2.0}, workers=1)
     grow = (8 / 2) ** COST_EXPONENT
-    assert plan.by_task == pytest.approx({2: 0.5 * grow, 3: 2.0 * grow})
-    assert plan.seconds == pytest.approx(2.5 * grow)
+    assert plan.by_task == pytest.approx({2: 0.5 * grow, 3: 2.0 * grow,
+                                          4: 0.5 * (4 / 2) ** COST_EXPONENT})
+    assert plan.seconds == pytest.approx(2.5 * grow + 0.5 * 4)
     assert plan.parts[0] == ("s at 8 GPUs, qsgd_allgather", pytest.approx(2.0 * grow))
     # many workers: the largest task still bounds the wall time
     assert estimate(tasks, {0: 0.5, 1: 2.0}, workers=8).seconds == pytest.approx(2.0 * grow)
+    # fp32 has run at 4 GPUs too: its 8-GPU task is extrapolated from there
+    plan = estimate(tasks, {0: 0.5, 1: 2.0, 4: 0.7}, workers=1)
+    assert plan.by_task[2] == pytest.approx(0.7 * (8 / 4) ** COST_EXPONENT)
+    assert "2, 4-GPU tasks took 3.2 s" in plan.basis
+
+
+def _synthetic_walls(monkeypatch, wall_of_gpus):
+    """Tasks run for real, but report ``wall_of_gpus(world size)`` seconds; returns the
+    world sizes of each batch of tasks run, in order."""
+    from emulator import study
+
+    batches = []
+    run_tasks = study._run_tasks
+
+    def fake(tasks, which, done, *args, **kwargs):
+        batches.append(sorted({tasks[i][2] for i in which}))
+        return run_tasks(tasks, which, lambda i, _wall, out: done(i, wall_of_gpus(tasks[i][2]),
+                                                                  out), *args, **kwargs)
+
+    monkeypatch.setattr(study, "_run_tasks", fake)
+    monkeypatch.setattr(study, "warm_up", lambda: None, raising=False)
+    return batches
+
+
+def test_a_larger_pilot_replaces_an_estimate_over_the_limit(monkeypatch):
+    # Tasks of 1 s of overheads plus 0.01 s x GPUs**2: GPUs**2 from the 2-GPU pilot says 125 s
+    # for the 4- and 8-GPU tasks (6 of each), over 60 s; the 4-GPU tasks' own estimate (25 s)
+    # fits, so they run, and from them the 8-GPU ones come out at 28 s: the study runs.
+    walls = lambda p: 1.0 + 0.01 * p * p                   # noqa: E731
+    batches = _synthetic_walls(monkeypatch, walls)
+    study = run_study(grid(world_sizes=(2, 4, 8)), time_limit_s=60)
+    assert batches == [[2], [4], [8]] and len(study.rows) > 0
+    # with 30 s, the 4-GPU pilot itself (6 + 25 s by the estimate) does not fit: refused after 2
+    batches.clear()
+    with pytest.raises(emulator.ConfigError, match="more than the limit of 30 s"):
+        run_study(grid(world_sizes=(2, 4, 8)), time_limit_s=30)
+    assert batches == [[2]]
 
 
 def test_a_study_over_its_time_limit_stops_after_the_pilot_and_says_how_to_shrink():
@@ -583,8 +622,8 @@ def test_a_study_over_its_time_limit_stops_after_the_pilot_and_says_how_to_shrin
     text = str(err.value)
     assert "the study would take about" in text and "more than the limit of 0 s" in text
     assert "at 4 GPUs" in text and "Make it smaller: fewer or smaller --world-sizes" in text
-    # only the 2-GPU tasks (2 topologies x 3 transports) ran
-    assert [d for d, _ in ticks] == list(range(1, 7)) and ticks[-1][1] is not None
+    # only the 2-GPU tasks (2 topologies x 3 transports) ran, with nothing estimated yet
+    assert ticks == [(d, None) for d in range(1, 7)]
 
 
 def test_the_pilot_is_timed_after_the_kernels_are_compiled(monkeypatch):
@@ -611,8 +650,9 @@ def test_the_pilot_is_timed_after_the_kernels_are_compiled(monkeypatch):
 def test_progress_carries_an_estimate_of_the_time_left(rows):
     seen = []
     run_study(grid(), progress=lambda d, t, eta: seen.append((d, t, eta)))
-    assert [eta is None for _, _, eta in seen[:5]] == [True] * 5
-    assert all(eta is not None and eta >= 0 for _, _, eta in seen[5:])
+    # the 2-GPU pilot's six tasks: no estimate until they have all run
+    assert [eta is None for _, _, eta in seen[:6]] == [True] * 6
+    assert all(eta is not None and eta >= 0 for _, _, eta in seen[6:])
     assert seen[-1][2] == 0.0
 
 
