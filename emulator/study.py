@@ -198,7 +198,8 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
     def on_simulated(op: str, nbytes: int, wall_s: float) -> None:
         state["simulated"] += 1
         bits, transport = combos[state["combo"]]
-        progress(f"{task_label(task)}: {transport} {bits}-bit ({state['combo'] + 1}/{len(combos)}), "
+        progress(f"{task_label(task)}: {transport} {bits}-bit "
+                 f"({state['combo'] + 1}/{len(combos)}), "
                  f"{state['simulated']} collectives simulated, last {op} of {nbytes:,} B "
                  f"in {wall_s:.1f} s")
 
