@@ -368,16 +368,14 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     sizes = sorted(set(config.world_sizes))
     stage = [[i for i, task in enumerate(tasks) if task[2] == w] for w in sizes]
     rest = [i for i in range(total) if tasks[i][2] != sizes[0]]
-    left: dict = {}          # remaining task -> estimated seconds, once a pilot has run
-    state = {"estimated": False}
+    left: dict = {}          # remaining task -> estimated seconds, once the first pilot has run
 
     def done(i, wall_s, out):
         results[i], seconds[i] = out, wall_s
         left.pop(i, None)
         if progress is not None:
-            eta = None
-            if state["estimated"]:
-                eta = wall_of(left.values(), workers)
+            # every task after the first pilot runs once an estimate is made
+            eta = wall_of(left.values(), workers) if len(seconds) > len(stage[0]) else None
             progress(len(seconds), total, eta)
 
     if rest and (time_limit_s is not None or progress is not None):
@@ -389,6 +387,8 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     k = 0
     while rest:
         plan = estimate(tasks, dict(seconds), workers)
+        left.clear()
+        left.update(plan.by_task)
         spent = wall_of(seconds.values(), workers)
         if time_limit_s is None or spent + plan.seconds <= time_limit_s:
             break
@@ -397,15 +397,8 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
             whole = dataclasses.replace(plan, seconds=spent + plan.seconds)
             raise ConfigError(whole.advice(time_limit_s))
         k += 1
-        left.clear()
-        left.update(plan.by_task)
-        state["estimated"] = True
         _run_tasks(tasks, stage[k], done, workers, cluster, task_progress)
         rest = [i for i in rest if i not in seconds]
-    if rest:
-        left.clear()
-        left.update(plan.by_task)
-        state["estimated"] = True
     # Largest first: the longest tasks start at once and the short ones fill the gaps
     # (longest-processing-time-first scheduling).
     _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster,
