@@ -21,8 +21,11 @@ The model of an iteration (PyTorch DDP with an asynchronous communication hook, 
 4. the plan's ``"callback"`` stages (decode, average, re-encode) run once their collective is
    done, one at a time (the hook's callback thread), beside the next collectives on the
    stream. They run on the same compute resource as backward (a rank's cores; a GPU's SMs,
-   which a decode kernel shares with backward's), so while backward is still running each
-   pushes its remaining work back by the stage's duration;
+   which a decode kernel shares with backward's) and share it equally while backward's
+   thread still runs: each goes at half its pace then (processor sharing; docs/collectives.md,
+   "Work beside backward"). Unlike a stage that stops backward outright, this is continuous
+   in when the stage starts: a collective ending a microsecond earlier or later moves the
+   step by about as much, never by a whole decode;
 5. the optimizer step once backward and every bucket are done.
 
 Each collective's seconds come from :meth:`emulator.Network.collective` (simulated on the graph,
@@ -40,6 +43,7 @@ scale the trace's measured encode and decode seconds per element (``decode_s`` i
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from emulator.compute import ComputeModel
@@ -48,6 +52,11 @@ from emulator.network import DEFAULT_ALGORITHM, Network
 
 from ._checks import is_int
 from .prediction import BucketTimeline, Prediction
+
+
+#: Each one's share of a rank's compute while a callback stage runs beside backward's thread
+#: (processor sharing between the two; module docstring, item 4).
+SHARE = 0.5
 
 
 # ---------------------------------------------------------------- transports
@@ -286,25 +295,27 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     callback_free = 0.0    # when the callback thread is next free
     hook_work = 0.0        # seconds of hook stages run in backward's thread so far
     w_hook = 0.0           # backward thread's work clock at the end of the last hook stage
-    pauses: list[tuple[float, float]] = []   # callback stages: (start, seconds), in order
+    stages: list[tuple[float, float]] = []   # callback stages: (start, end), in order
+    shared: list[tuple[float, float]] = []   # the parts of them beside backward's thread
 
     spans: list[tuple[float, float]] = []   # collectives placed so far: (start, end)
 
-    def wall(work: float) -> float:
-        """When backward's thread has done ``work`` seconds of work: the callback stages share
-        its compute resource (the cores; a GPU's SMs) and push it back while they run; while
-        a collective runs it goes at ``compute_pace``."""
+    def wall(work: float, extra: tuple = ()) -> float:
+        """When backward's thread has done ``work`` seconds of work: at half pace while a
+        callback stage shares its compute resource (``extra``: one more such interval), at
+        ``compute_pace`` times that while a collective runs."""
+        intervals = shared + list(extra)
         if pace == 1.0 or not spans:
-            return _advance(0.0, work, 1.0, [(a, a + d, 0.0) for a, d in pauses])
-        # stopped in a callback stage, at ``pace`` beside a collective, else at 1
-        cuts = sorted({x for a, d in pauses for x in (a, a + d)} |
+            return _advance(0.0, work, 1.0, [(a, e, SHARE) for a, e in intervals])
+        cuts = sorted({x for a, e in intervals for x in (a, e)} |
                       {x for a, e in spans for x in (a, e)})
         pieces = []
         for x, y in zip(cuts, cuts[1:]):
-            if any(a <= x < a + d for a, d in pauses):
-                pieces.append((x, y, 0.0))
-            elif any(a <= x < e for a, e in spans):
-                pieces.append((x, y, pace))
+            r = SHARE if any(a <= x < e for a, e in intervals) else 1.0
+            if any(a <= x < e for a, e in spans):
+                r *= pace
+            if r != 1.0:
+                pieces.append((x, y, r))
         return _advance(0.0, work, 1.0, pieces)
 
     plans, per_el = [], []
@@ -324,8 +335,7 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     def busy_intervals() -> list:
         """When the rank computes, as known so far: backward (pushed back by the callback
         stages so far) and the callback stages themselves, merged."""
-        spans = sorted([(0.0, wall(fwd + bwd + all_hook_work))] +
-                       [(a, a + d) for a, d in pauses])
+        spans = sorted([(0.0, wall(fwd + bwd + all_hook_work))] + stages)
         out = [list(spans[0])]
         for a, e in spans[1:]:
             if a <= out[-1][1]:
@@ -356,10 +366,17 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
                     hook_ends.append(ends[-1])
                 else:
                     begin = max(begin, callback_free)
-                    callback_free = begin + dur
+                    end = begin + dur
                     if dur > 0:
-                        pauses.append((begin, dur))
-                    ends.append(begin + dur)
+                        # backward's end were the stage to share with it from ``begin`` on
+                        done = wall(fwd + bwd + all_hook_work, ((begin, math.inf),))
+                        if done > begin:
+                            end = min(begin + dur / SHARE,
+                                      done + dur - (done - begin) * SHARE)
+                            shared.append((begin, min(end, done)))
+                        stages.append((begin, end))
+                    callback_free = end
+                    ends.append(end)
                 continue
             secs, s = _collective_s(net, step)
             if not colls:

@@ -12,6 +12,7 @@ protocol latencies on free links (tests/emulator/test_nccl_replay.py checks it).
 """
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import emulator
@@ -141,15 +142,16 @@ def test_bytes_per_gpu_are_the_wire_plans(transport):
 def test_the_hooks_stages_share_the_compute_with_backward():
     # free links: the hook's encodes (0.2 + 0.4 ms, in backward's thread) and the callbacks'
     # decodes (4 payloads of 0.1 and 0.2 ms, each right after its encode) all run during
-    # backward on the same compute resource, so each pushes the rest of backward back
+    # backward on the same compute resource: each decode shares it with backward half and
+    # half, so it takes twice its time and backward loses its duration
     free = topologies.switch(4, bandwidth=1e30, latency=1e-15)
     # (the textbook model: NCCL's launch latencies would add microseconds even on free links)
     pred = emulator.replay(make_trace(), free, transport="qsgd_allgather", algorithm="ring")
     assert pred.iteration_s == pytest.approx(COMPUTE_S + 0.6e-3 + 4 * 0.3e-3, rel=1e-9)
     b0, b1, b2 = pred.buckets
-    assert b0.end_s - b0.encode_end_s == pytest.approx(4 * 0.1e-3, rel=1e-6)
+    assert b0.end_s - b0.encode_end_s == pytest.approx(2 * 4 * 0.1e-3, rel=1e-6)
     assert b1.ready_s == pytest.approx(2.1e-3 + 3.0e-3 + 0.2e-3 + 0.4e-3, rel=1e-9)
-    assert b1.end_s - b1.encode_end_s == pytest.approx(4 * 0.2e-3, rel=1e-6)
+    assert b1.end_s - b1.encode_end_s == pytest.approx(2 * 4 * 0.2e-3, rel=1e-6)
     assert b2.ready_s == pytest.approx(2.1e-3 + 4.1e-3 + 0.6e-3 + 1.2e-3, rel=1e-9)
     # a decode after backward's end delays nothing but the step's end: slow links put bucket
     # 1's payload after backward, its decode then ends the step
@@ -159,10 +161,10 @@ def test_the_hooks_stages_share_the_compute_with_backward():
     assert q.iteration_s == pytest.approx(q.buckets[1].end_s + 1e-4, rel=1e-9)
 
 
-@pytest.mark.parametrize("G", [topologies.from_spec("switch:4"),
-                               topologies.switch(4, bandwidth=1e5, latency=1e-4)],
+@pytest.mark.parametrize("G, stretch", [(topologies.from_spec("switch:4"), 2.0),
+                                       (topologies.switch(4, bandwidth=1e5, latency=1e-4), 1.0)],
                          ids=["fast", "slow"])
-def test_infinitely_fast_compute_with_a_codec_adds_encode_and_decode(G):
+def test_infinitely_fast_compute_with_a_codec_adds_encode_and_decode(G, stretch):
     pred = emulator.replay(make_trace(), G, transport="qsgd_scatter_reduce_allgather",
                            compute=ComputeModel(compute_scale=0.0, codec_scale=1.0),
                            algorithm="ring")
@@ -177,6 +179,28 @@ def test_infinitely_fast_compute_with_a_codec_adds_encode_and_decode(G):
     small, a2a, mean = b0.collectives
     assert small[0] == "small-tensor allreduce" and small[1] == 0.0
     assert a2a[1] == pytest.approx(max(0.2e-3, small[2]), rel=1e-12)
-    # between the two phases the owner's reduce: 20 000 decoded, 5 000 re-encoded
-    assert mean[1] - a2a[2] == pytest.approx(20_000 * 5e-9 + 5_000 * 1e-8, rel=1e-9)
-    assert b0.end_s - mean[2] == pytest.approx(20_000 * 5e-9, rel=1e-9)
+    # between the two phases the owner's reduce: 20 000 decoded, 5 000 re-encoded; on fast
+    # links it and the final decode run beside bucket 1's encode (backward's thread), each
+    # at half pace, and push that encode back by their own seconds
+    reduce_s, decode_s = 20_000 * 5e-9 + 5_000 * 1e-8, 20_000 * 5e-9
+    assert mean[1] - a2a[2] == pytest.approx(stretch * reduce_s, rel=1e-9)
+    assert b0.end_s - mean[2] == pytest.approx(stretch * decode_s, rel=1e-9)
+    b1 = pred.buckets[1]
+    pushed = reduce_s + decode_s if stretch > 1 else 0.0
+    assert b1.encode_end_s == pytest.approx(0.2e-3 + 0.4e-3 + pushed, rel=1e-9)
+
+
+def test_the_step_is_continuous_and_monotone_in_the_link_rate():
+    # bucket 0's all_gather ends during bucket 1's encode at some rate of this sweep: its
+    # decode then shares the cores with that encode, so a collective a little shorter moves
+    # the step by about as much (a decode that stopped backward outright made the step jump
+    # by the decode, 0.37 ms, and faster links give a slower step there)
+    trace = make_trace()
+    steps, comms = [], []
+    for rate in np.geomspace(5e6, 40e6, 400):
+        G = topologies.switch(4, bandwidth=float(rate), latency=1e-6)
+        pred = emulator.replay(trace, G, transport="qsgd_allgather", algorithm="ring")
+        steps.append(pred.iteration_s)
+        comms.append(pred.comm_s)
+    assert np.all(np.diff(steps) <= 1e-15)
+    assert np.abs(np.diff(steps)).max() <= 2 * np.abs(np.diff(comms)).max()
