@@ -36,21 +36,24 @@ fitted to collectives measured while every rank computed), a collective progress
 network's pace while its rank computes (backward, a callback stage) and at the idle pace
 otherwise: a fluid model, each second doing 1/T of the work for the T of the current state.
 The other side of that interference, collectives slowing the compute, is ``compute_pace``: the
-rank's compute goes at that pace while a collective runs (measured by the harness as the
-compute-alone step's time with and without a collective running all the while). Stage seconds
-scale the trace's measured encode and decode seconds per element (``decode_s`` is one payload's; an allgather rank decodes
-``p`` of them).
+rank's compute (backward's thread and the callback stages alike) goes at that pace while a
+collective runs (measured by the harness as the compute-alone step's time with and without a
+collective running all the while). :mod:`emulator.overlap` times the three servers (backward's
+thread, the callback thread, the stream) event by event. Stage seconds scale the trace's
+measured encode and decode seconds per element (``decode_s`` is one payload's; an allgather
+rank decodes ``p`` of them).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
 
+from . import overlap
 from ._checks import is_int
+from .overlap import Work
 from .prediction import BucketTimeline, Prediction
 
 
@@ -238,8 +241,9 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         hook stage runs, at ``network``'s otherwise (module docstring). Default: the same.
     compute_pace : float
         The other side of that interference: the pace (0 < pace <= 1) of the rank's compute
-        while a collective runs, against alone (the harness measures it: compute-alone steps
-        with and without a collective running all the while). Default 1.
+        (backward and the callback stages) while a collective runs, against alone (the
+        harness measures it: compute-alone steps with and without a collective running all
+        the while). Default 1.
 
     Returns
     -------
@@ -291,167 +295,63 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         configs, source = None, "dense allreduce"
         widths = (8 * t.bytes_per_element,) * trace.num_buckets
 
-    stream_free = 0.0      # when the communication stream is next free
-    callback_free = 0.0    # when the callback thread is next free
-    hook_work = 0.0        # seconds of hook stages run in backward's thread so far
-    w_hook = 0.0           # backward thread's work clock at the end of the last hook stage
-    stages: list[tuple[float, float]] = []   # callback stages: (start, end), in order
-    shared: list[tuple[float, float]] = []   # the parts of them beside backward's thread
-
-    spans: list[tuple[float, float]] = []   # collectives placed so far: (start, end)
-
-    def wall(work: float, extra: tuple = ()) -> float:
-        """When backward's thread has done ``work`` seconds of work: at half pace while a
-        callback stage shares its compute resource (``extra``: one more such interval), at
-        ``compute_pace`` times that while a collective runs."""
-        intervals = shared + list(extra)
-        if pace == 1.0 or not spans:
-            return _advance(0.0, work, 1.0, [(a, e, SHARE) for a, e in intervals])
-        cuts = sorted({x for a, e in intervals for x in (a, e)} |
-                      {x for a, e in spans for x in (a, e)})
-        pieces = []
-        for x, y in zip(cuts, cuts[1:]):
-            r = SHARE if any(a <= x < e for a, e in intervals) else 1.0
-            if any(a <= x < e for a, e in spans):
-                r *= pace
-            if r != 1.0:
-                pieces.append((x, y, r))
-        return _advance(0.0, work, 1.0, pieces)
-
-    plans, per_el = [], []
+    plans = [bucket_plan(trace, k, transport, p, per_bucket[k]) for k in range(trace.num_buckets)]
+    # the three servers' work (module docstring): backward's thread, callback thread, stream
+    backward, callbacks, stream = [], [], []
+    sizes: dict = {}                 # (bucket, step) -> (seconds, bytes) of a collective
+    codec_total, reached = 0.0, 0.0  # forward and backward work (s) before the next item
     for k, b in enumerate(trace.buckets):
-        plans.append(bucket_plan(trace, k, transport, p, per_bucket[k]))
         enc_el = dec_el = 0.0
         if t.compressed and b.compressed_numel:
             _, enc, dec = _bucket_payload(trace, k, configs[k][0])
             enc_el = compute.codec_seconds(enc) / b.compressed_numel
             dec_el = compute.codec_seconds(dec) / b.compressed_numel
-        per_el.append((enc_el, dec_el))
-    # backward's own work, the hook stages it runs included: it computes until then
-    all_hook_work = sum(enc_el * st.encode_numel + dec_el * st.decode_numel
-                        for plan, (enc_el, dec_el) in zip(plans, per_el)
-                        for st in plan.steps if st.kind == "stage" and st.runs_in == "hook")
-
-    def busy_intervals() -> list:
-        """When the rank computes, as known so far: backward (pushed back by the callback
-        stages so far) and the callback stages themselves, merged."""
-        spans = sorted([(0.0, wall(fwd + bwd + all_hook_work))] + stages)
-        out = [list(spans[0])]
-        for a, e in spans[1:]:
-            if a <= out[-1][1]:
-                out[-1][1] = max(out[-1][1], e)
-            else:
-                out.append([a, e])
-        return out
-
-    timeline, codec_total, bytes_total = [], 0.0, 0.0
-    for k, b in enumerate(trace.buckets):
-        plan = plans[k]
-        enc_el, dec_el = per_el[k]
-        w_hook = max(fwd + trace.mean_ready_s(k) * ready_scale + hook_work, w_hook)
-        ready = wall(w_hook)
-        ends: list[float] = []
-        colls, comm, sent, hook_ends = [], 0.0, 0.0, []
-        issued = ready
-        for step in plan.steps:
-            begin = ready if step.after is None else ends[step.after]
+        target = fwd + trace.mean_ready_s(k) * ready_scale
+        backward.append(Work(("ready", k), max(0.0, target - reached)))
+        reached = max(reached, target)
+        for j, step in enumerate(plans[k].steps):
+            after = ("ready", k) if step.after is None else (k, step.after)
             if step.kind == "stage":
                 dur = enc_el * step.encode_numel + dec_el * step.decode_numel
                 codec_total += dur
-                if step.runs_in == "hook":
-                    # in backward's thread, after its earlier work: delays the rest of backward
-                    w_hook += dur
-                    hook_work += dur
-                    ends.append(wall(w_hook))
-                    hook_ends.append(ends[-1])
-                else:
-                    begin = max(begin, callback_free)
-                    end = begin + dur
-                    if dur > 0:
-                        # backward's end were the stage to share with it from ``begin`` on
-                        done = wall(fwd + bwd + all_hook_work, ((begin, math.inf),))
-                        if done > begin:
-                            end = min(begin + dur / SHARE,
-                                      done + dur - (done - begin) * SHARE)
-                            shared.append((begin, min(end, done)))
-                        stages.append((begin, end))
-                    callback_free = end
-                    ends.append(end)
+                # hook stages: in backward's thread, delaying the rest of backward
+                (backward if step.runs_in == "hook" else callbacks).append(Work((k, j), dur, after))
                 continue
-            secs, s = _collective_s(net, step)
-            if not colls:
-                issued = begin
-            begin = max(begin, stream_free)
-            end = begin + secs
-            if loaded is not None:
-                end = _progress_end(begin, secs, _collective_s(loaded, step)[0],
-                                    busy_intervals())
-            stream_free = end
-            spans.append((begin, end))
-            comm, sent = comm + (end - begin), sent + s
-            colls.append((step.name, begin, end))
-            ends.append(end)
-        enc_end = max(hook_ends, default=ready)
-        comm_start = colls[0][1] if colls else enc_end
-        comm_end = max((c[2] for c in colls), default=enc_end)
-        end = max(ends, default=ready)
-        bytes_total += sent
-        timeline.append(BucketTimeline(k, ready, ready, enc_end, comm_end, end,
-                                       sum(c.nbytes for c in plan.collectives), comm, source,
-                                       comm_start, tuple(colls), issued if colls else enc_end))
+            secs, sent = _collective_s(net, step)
+            sizes[k, j] = (secs, sent)
+            stream.append(Work((k, j), secs, after,
+                               None if loaded is None else _collective_s(loaded, step)[0]))
+    backward.append(Work("rest of backward", max(0.0, fwd + bwd - reached)))
+    times = overlap.run(backward, callbacks, stream, share=SHARE, pace=pace)
 
-    compute_s = fwd + bwd + opt
+    timeline, bytes_total = [], 0.0
+    for k, plan in enumerate(plans):
+        ready = times["ready", k][1]
+        steps = list(enumerate(plan.steps))
+        colls = [(st.name, *times[k, j]) for j, st in steps if st.kind != "stage"]
+        hook_ends = [times[k, j][1] for j, st in steps
+                     if st.kind == "stage" and st.runs_in == "hook"]
+        enc_end = max(hook_ends, default=ready)
+        first = next((st for st in plan.steps if st.kind != "stage"), None)
+        issued = enc_end if first is None else \
+            ready if first.after is None else times[k, first.after][1]
+        comm = sum(e - a for _, a, e in colls)
+        bytes_total += sum(sizes[k, j][1] for j, st in steps if st.kind != "stage")
+        timeline.append(BucketTimeline(
+            k, ready, ready, enc_end, max((c[2] for c in colls), default=enc_end),
+            max((times[k, j][1] for j, _ in steps), default=ready),
+            sum(c.nbytes for c in plan.collectives), comm, source,
+            colls[0][1] if colls else enc_end, tuple(colls), issued))
+
     last = max((b.end_s for b in timeline), default=0.0)
-    backward_end = wall(fwd + bwd + hook_work)
-    iteration = max(backward_end, last) + opt
+    iteration = max(times["backward end"][1], last) + opt
+    compute_s = fwd + bwd + opt
     return Prediction(
         iteration_s=iteration, compute_s=compute_s, exposed_comm_s=max(0.0, iteration - compute_s),
         encode_decode_s=codec_total, forward_s=fwd, backward_s=bwd, optimizer_s=opt,
         bytes_per_gpu=bytes_total, transport=transport, bits=max(widths, default=0), world_size=p,
         algorithm=net.algorithm, topology=net.name, source=source, buckets=tuple(timeline),
         bucket_bits=widths)
-
-
-def _advance(begin: float, work: float, rate: float, pieces) -> float:
-    """When ``work`` is done, started at ``begin`` (s) and going at ``rate`` per second except
-    inside ``pieces``, sorted disjoint ``(start, end, rate)`` intervals with rates of their own
-    (0: stopped). Backward's clock and a collective's progress are both this fluid model.
-
-    Examples
-    --------
-    Two seconds of work at 1 per second, stopped from 1 s to 3 s:
-
-    >>> _advance(0.0, 2.0, 1.0, [(1.0, 3.0, 0.0)])
-    4.0
-    """
-    left, t = work, begin
-    for a, e, r in pieces:
-        if e <= t:
-            continue
-        if a > t:
-            if (a - t) * rate >= left:
-                return t + left / rate
-            left -= (a - t) * rate
-            t = a
-        if r > 0 and (e - t) * r >= left:
-            return t + left / r
-        left -= (e - t) * r
-        t = e
-    return t + left / rate
-
-
-def _progress_end(begin: float, idle_s: float, busy_s: float, busy: list) -> float:
-    """When a collective begun at ``begin`` (s) ends if it takes ``idle_s`` seconds alone and
-    ``busy_s`` while the rank computes, given the (sorted, disjoint) intervals it computes in.
-
-    Examples
-    --------
-    Half done in 1 s of idle time, the other half at the loaded pace (4 s for the whole):
-
-    >>> _progress_end(0.0, 2.0, 4.0, [[1.0, 10.0]])
-    3.0
-    """
-    return _advance(begin, 1.0, 1.0 / idle_s, [(a, e, 1.0 / busy_s) for a, e in busy])
 
 
 def _bucket_bits(trace, bits) -> list:

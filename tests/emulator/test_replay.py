@@ -106,16 +106,6 @@ def test_a_collective_runs_at_the_loaded_pace_while_the_rank_computes():
     assert q.buckets[0].comm_end_s == pytest.approx(0.301 + (1 - 0.15 / 2.0) * 0.5)
 
 
-def test_progress_through_busy_and_idle_spans():
-    from emulator.replaying import _progress_end
-
-    assert _progress_end(1.0, 2.0, 2.0, [[0.0, 5.0]]) == pytest.approx(3.0)
-    assert _progress_end(1.0, 2.0, 8.0, []) == pytest.approx(3.0)
-    assert _progress_end(1.0, 2.0, 8.0, [[0.0, 100.0]]) == pytest.approx(9.0)
-    # idle 1 s (half), busy 2 s (a quarter at 8 s per collective), idle again: 0.5 s more
-    assert _progress_end(0.0, 2.0, 8.0, [[1.0, 3.0], [10.0, 11.0]]) == pytest.approx(3.5)
-
-
 def test_backward_goes_at_the_compute_pace_while_a_collective_runs():
     # the bucket's allreduce (0.1 s) runs from 0.15 to 0.25 s; backward, 0.15 s of work left
     # then, does half of 0.1 s of it at pace 0.5 and the other 0.1 s after: ends at 0.35 s
