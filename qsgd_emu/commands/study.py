@@ -71,11 +71,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
                         required=not demo, help="output directory")
     parser.add_argument("--workers", type=int, default=1, help="local processes")
     mode = parser.add_mutually_exclusive_group()
-    mode.add_argument("--exact", dest="exact", action="store_true", default=True,
-                      help="simulate every distinct collective (the default)")
+    mode.add_argument("--exact", dest="exact", action="store_true", default=False,
+                      help="simulate every distinct collective")
     mode.add_argument("--approximate", dest="exact", action="store_false",
                       help="simulate a few sizes of each schedule shape and read the others "
-                           "off checked lines (emulator.interpolation; error in benchmarks/RESULTS.md)")
+                           "off checked lines (the default; emulator.interpolation, rows within "
+                           "4e-5 of exact studies in benchmarks/RESULTS.md)")
     parser.add_argument("--time-limit", type=float, default=60.0, metavar="MINUTES",
                         help="refuse a study estimated (from its smallest world size, timed "
                              "first) to take longer, and say how to make it smaller")

@@ -147,8 +147,8 @@ def trace():
 def test_an_approximate_study_matches_the_exact_one(trace):
     cfg = StudyConfig(trace=trace, world_sizes=(16,), bits=(32, 16, 8, 4, 2),
                       topologies=("cluster:dgx_a100x{N},nic_bw=25Gbit",), device="A100")
-    exact = run_study(cfg)
-    approx = run_study(dataclasses.replace(cfg, exact=False))
+    approx = run_study(cfg)                     # the approximate mode is the default
+    exact = run_study(dataclasses.replace(cfg, exact=True))
     assert approx.config["exact"] is False and exact.config["exact"] is True
     assert [r.key for r in approx.rows] == [r.key for r in exact.rows]
     for a, e in zip(approx.rows, exact.rows):
@@ -166,8 +166,9 @@ def test_study_command_takes_the_mode(tmp_path):
 
     parser = cli.build_parser(["study"])
     base = ["study", "--trace", "t.json", "--out", str(tmp_path)]
-    assert parser.parse_args(base).exact is True
+    assert parser.parse_args(base).exact is False
     assert parser.parse_args(base + ["--approximate"]).exact is False
+    assert parser.parse_args(base + ["--exact"]).exact is True
     with pytest.raises(SystemExit):
         parser.parse_args(base + ["--approximate", "--exact"])
 
