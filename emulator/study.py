@@ -385,33 +385,67 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
         from .engine import warm_up
 
         warm_up()
-    _run_tasks(tasks, stage[0], done, workers, cluster, task_progress)
-    k = 0
-    while rest:
-        plan = estimate(tasks, dict(seconds), workers)
-        left.clear()
-        left.update(plan.by_task)
-        spent = wall_of(seconds.values(), workers)
-        if time_limit_s is None or spent + plan.seconds <= time_limit_s:
-            break
-        nxt = wall_of((plan.by_task[i] for i in stage[k + 1]), workers)
-        if spent + nxt > time_limit_s:
-            whole = dataclasses.replace(plan, seconds=spent + plan.seconds)
-            raise ConfigError(whole.advice(time_limit_s))
-        k += 1
-        _run_tasks(tasks, stage[k], done, workers, cluster, task_progress)
-        rest = [i for i in rest if i not in seconds]
-    # Largest first: the longest tasks start at once and the short ones fill the gaps
-    # (longest-processing-time-first scheduling).
-    _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster,
-               task_progress)
+    # one set of local processes for the pilot's stages and the rest
+    with _Local(min(workers, total), task_progress) as local:
+        _run_tasks(tasks, stage[0], done, workers, cluster, task_progress, local=local)
+        k = 0
+        while rest:
+            plan = estimate(tasks, dict(seconds), workers)
+            left.clear()
+            left.update(plan.by_task)
+            spent = wall_of(seconds.values(), workers)
+            if time_limit_s is None or spent + plan.seconds <= time_limit_s:
+                break
+            nxt = wall_of((plan.by_task[i] for i in stage[k + 1]), workers)
+            if spent + nxt > time_limit_s:
+                whole = dataclasses.replace(plan, seconds=spent + plan.seconds)
+                raise ConfigError(whole.advice(time_limit_s))
+            k += 1
+            _run_tasks(tasks, stage[k], done, workers, cluster, task_progress, local=local)
+            rest = [i for i in rest if i not in seconds]
+        # Largest first: the longest tasks start at once and the short ones fill the gaps
+        # (longest-processing-time-first scheduling).
+        _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster,
+                   task_progress, local=local)
     return _rows(config, results)
 
 
+class _Local:
+    """A study's local processes, started on first use and kept for all its batches (the
+    pilot's stages, the rest): each start costs every process its imports (~2 s)."""
+
+    def __init__(self, workers: int, task_progress):
+        self.workers, self.relayed = workers, task_progress is not None
+        self.pool = self.manager = self.relay = None
+
+    def executor(self):
+        if self.pool is None:
+            import concurrent.futures as cf
+            import multiprocessing
+
+            ctx = multiprocessing.get_context("spawn")  # no forked torch/numba thread pools
+            if self.relayed:
+                self.manager = ctx.Manager()
+                self.relay = self.manager.Queue()
+            self.pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        return self.pool
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.shutdown(cancel_futures=True)
+        if self.manager is not None:
+            self.manager.shutdown()
+
+
 def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
-               task_progress: Callable[[str], None] | None = None) -> None:
-    """Run ``tasks[i]`` for ``i`` in ``order`` here, in local processes or on a Dask cluster;
-    ``done(i, wall_s, result)`` as each finishes, ``task_progress(text)`` while they run."""
+               task_progress: Callable[[str], None] | None = None, *,
+               local: _Local | None = None) -> None:
+    """Run ``tasks[i]`` for ``i`` in ``order`` here, in local processes (``local``'s, or a
+    pool of this call's) or on a Dask cluster; ``done(i, wall_s, result)`` as each finishes,
+    ``task_progress(text)`` while they run."""
     if not order:
         return
     if cluster is not None:
@@ -422,30 +456,28 @@ def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
     elif workers == 1 or len(order) == 1:
         for i in order:
             done(i, *_timed(tasks[i], task_progress))
+    elif local is None:
+        with _Local(min(workers, len(order)), task_progress) as own:
+            _run_local(tasks, order, done, task_progress, own)
     else:
-        import concurrent.futures as cf
-        import multiprocessing
-        import queue as queues
+        _run_local(tasks, order, done, task_progress, local)
 
-        ctx = multiprocessing.get_context("spawn")  # no forked torch/numba thread pools
-        manager = ctx.Manager() if task_progress is not None else None
-        relay = manager.Queue() if manager is not None else None
-        try:
-            with cf.ProcessPoolExecutor(max_workers=min(workers, len(order)),
-                                        mp_context=ctx) as pool:
-                futs = {(pool.submit(_timed_relayed, tasks[i], relay) if relay is not None
-                         else pool.submit(_timed, tasks[i])): i for i in order}
-                pending = set(futs)
-                while pending:
-                    finished, pending = cf.wait(pending, timeout=0.5,
-                                                return_when=cf.FIRST_COMPLETED)
-                    while relay is not None:
-                        try:
-                            task_progress(relay.get_nowait())
-                        except queues.Empty:
-                            break
-                    for f in finished:
-                        done(futs[f], *f.result())
-        finally:
-            if manager is not None:
-                manager.shutdown()
+
+def _run_local(tasks: list, order: list, done: Callable, task_progress, local: _Local) -> None:
+    import concurrent.futures as cf
+    import queue as queues
+
+    pool = local.executor()
+    relay = local.relay
+    futs = {(pool.submit(_timed_relayed, tasks[i], relay) if relay is not None
+             else pool.submit(_timed, tasks[i])): i for i in order}
+    pending = set(futs)
+    while pending:
+        finished, pending = cf.wait(pending, timeout=0.5, return_when=cf.FIRST_COMPLETED)
+        while relay is not None:
+            try:
+                task_progress(relay.get_nowait())
+            except queues.Empty:
+                break
+        for f in finished:
+            done(futs[f], *f.result())

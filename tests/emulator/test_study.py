@@ -163,6 +163,23 @@ def test_serial_and_two_local_processes_give_the_same_table(rows):
     assert sorted(ticks2) == ticks1
 
 
+def test_one_set_of_local_processes_serves_the_pilot_and_the_rest(rows, monkeypatch):
+    # the pilot (2 GPUs) and the rest (4 GPUs) are two batches; starting processes for each
+    # cost every process its imports again
+    import concurrent.futures as cf
+
+    started = []
+
+    class Counted(cf.ProcessPoolExecutor):
+        def __init__(self, *args, **kwargs):
+            started.append(kwargs.get("max_workers"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cf, "ProcessPoolExecutor", Counted)
+    study = run_study(grid(), workers=2, time_limit_s=3600, task_progress=lambda text: None)
+    assert study.rows == rows and started == [2]
+
+
 def test_tasks_report_how_far_they_have_come_serial_and_in_processes(rows):
     """Within a task: the bit width replayed and the collectives simulated, also relayed from
     worker processes."""
