@@ -25,6 +25,7 @@ a collective a little longer moves what waits for it by at most a bounded multip
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from .errors import SimulationError
@@ -76,6 +77,10 @@ def run(backward: list, callbacks: list, stream: list, *, share: float = 0.5,
     ((0.0, 4.0), (0.0, 5.0))
     """
     queues = [list(backward), list(callbacks), list(stream)]
+    for w in (w for q in queues for w in q):
+        for name, value in (("seconds", w.seconds), ("loaded_s", w.loaded_s)):
+            if value is not None and not 0.0 <= value < math.inf:
+                raise SimulationError(f"{w.key!r}: {name}={value!r} must be finite and >= 0")
     heads = [0, 0, 0]
     left = [0.0, 0.0, 0.0]          # work (threads, s) or fraction (stream) of the head left
     started = [False, False, False]

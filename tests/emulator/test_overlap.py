@@ -61,3 +61,12 @@ def test_times_are_continuous_in_a_collectives_seconds():
 def test_an_item_waiting_for_nothing_that_runs_is_an_error():
     with pytest.raises(SimulationError, match="never run"):
         run([Work("b", 1.0)], [], [Work("c", 1.0, "missing")])
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0])
+def test_a_duration_that_is_not_a_finite_number_is_named(bad):
+    # NaN would never finish: the loop would not end
+    with pytest.raises(SimulationError, match=r"'c': seconds=.* must be finite and >= 0"):
+        run([Work("b", 1.0)], [], [Work("c", bad)])
+    with pytest.raises(SimulationError, match=r"'c': loaded_s=.* must be finite and >= 0"):
+        run([Work("b", 1.0)], [], [Work("c", 1.0, loaded_s=bad)])
