@@ -31,8 +31,8 @@ DEFAULTS: dict[str, Any] = {
     "bits": [32, 16, 8, 4, 2],
     "bucket": 512,
     "transports": [],  # filled from the emulator's QSGD transports at layout time
-    # 1 to 16 machines: the study takes about 22 s on 2 cores once the model's trace is
-    # cached, 29 s with measuring it (benchmarks/RESULTS.md, "The engine at congested scale").
+    # 1 to 16 machines: the study takes about 9 s on 2 cores once the model's trace is
+    # cached, 17 s with measuring it (benchmarks/dashboard_whatif.py; benchmarks/RESULTS.md).
     "sizes": "8,16,32,64,128",
     "device": "",
     "metric": "throughput_samples_s",
