@@ -58,8 +58,8 @@ class StudyConfig:
         the default): a task's sizes of one schedule shape are simulated only where
         :class:`~emulator.interpolation.Interpolation` needs them and read off its checked lines
         elsewhere. Against exact studies of the demo's grid at 8..1024 GPUs every row is
-        within 4e-5 (``benchmarks/study_interpolation.py``, benchmarks/RESULTS.md), under
-        issue 11's 0.5 % for a study's default.
+        within 4e-5 (``benchmarks/study_interpolation.py``, benchmarks/RESULTS.md); the
+        default stays approximate only while that holds within 0.5 %.
     """
 
     trace: object

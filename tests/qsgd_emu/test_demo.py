@@ -29,7 +29,7 @@ def test_defaults_are_the_readmes_main_job():
     args = cli.build_parser(["demo"]).parse_args(["demo"])
     assert args.model == "resnet50" and args.trace is None
     assert args.world_sizes == (8, 16, 32, 64, 128, 256, 512, 1024)
-    assert args.bits == (32, 16, 8, 4, 2) and args.exact is False   # issue 11: 8..1024, approximate
+    assert args.bits == (32, 16, 8, 4, 2) and args.exact is False   # 8..1024 GPUs, approximate
     assert args.out == "out/demo" and args.measure_bits == 4
     # one local process per core, as many as the machine gives this process, at most 4
     assert args.workers == max(1, min(4, len(os.sched_getaffinity(0))))
