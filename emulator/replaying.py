@@ -298,8 +298,8 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     plans = [bucket_plan(trace, k, transport, p, per_bucket[k]) for k in range(trace.num_buckets)]
     # the three servers' work (module docstring): backward's thread, callback thread, stream
     backward, callbacks, stream = [], [], []
-    sizes: dict = {}                 # (bucket, step) -> (seconds, bytes) of a collective
-    codec_total, reached = 0.0, 0.0  # forward and backward work (s) before the next item
+    codec_total, bytes_total = 0.0, 0.0
+    reached = 0.0                    # forward and backward work (s) before the next item
     for k, b in enumerate(trace.buckets):
         enc_el = dec_el = 0.0
         if t.compressed and b.compressed_numel:
@@ -318,13 +318,13 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
                 (backward if step.runs_in == "hook" else callbacks).append(Work((k, j), dur, after))
                 continue
             secs, sent = _collective_s(net, step)
-            sizes[k, j] = (secs, sent)
+            bytes_total += sent
             stream.append(Work((k, j), secs, after,
                                None if loaded is None else _collective_s(loaded, step)[0]))
     backward.append(Work("rest of backward", max(0.0, fwd + bwd - reached)))
     times = overlap.run(backward, callbacks, stream, share=SHARE, pace=pace)
 
-    timeline, bytes_total = [], 0.0
+    timeline = []
     for k, plan in enumerate(plans):
         ready = times["ready", k][1]
         steps = list(enumerate(plan.steps))
@@ -336,7 +336,6 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         issued = enc_end if first is None else \
             ready if first.after is None else times[k, first.after][1]
         comm = sum(e - a for _, a, e in colls)
-        bytes_total += sum(sizes[k, j][1] for j, st in steps if st.kind != "stage")
         timeline.append(BucketTimeline(
             k, ready, ready, enc_end, max((c[2] for c in colls), default=enc_end),
             max((times[k, j][1] for j, _ in steps), default=ready),

@@ -441,11 +441,10 @@ class _Local:
 
 
 def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
-               task_progress: Callable[[str], None] | None = None, *,
-               local: _Local | None = None) -> None:
-    """Run ``tasks[i]`` for ``i`` in ``order`` here, in local processes (``local``'s, or a
-    pool of this call's) or on a Dask cluster; ``done(i, wall_s, result)`` as each finishes,
-    ``task_progress(text)`` while they run."""
+               task_progress: Callable[[str], None] | None = None, *, local: _Local) -> None:
+    """Run ``tasks[i]`` for ``i`` in ``order`` here, in ``local``'s processes or on a Dask
+    cluster; ``done(i, wall_s, result)`` as each finishes, ``task_progress(text)`` while they
+    run."""
     if not order:
         return
     if cluster is not None:
@@ -456,9 +455,6 @@ def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
     elif workers == 1 or len(order) == 1:
         for i in order:
             done(i, *_timed(tasks[i], task_progress))
-    elif local is None:
-        with _Local(min(workers, len(order)), task_progress) as own:
-            _run_local(tasks, order, done, task_progress, own)
     else:
         _run_local(tasks, order, done, task_progress, local)
 
