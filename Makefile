@@ -10,16 +10,21 @@ TEST_STAMP := $(VENV)/.installed-test
 
 # The main job needs the package only; the tests add their tools (pytest, Playwright, Triton's
 # CPU interpreter: about 8 s more to install), so `make run` does not wait for them.
+# --no-compile: pip would byte-compile every module of every package (torch alone has
+# thousands) before the first run; Python compiles the few it imports on first use instead
+# (37 -> 22 s for this set-up, benchmarks/RESULTS.md). venv's own pip (23.x) installs
+# pyproject editables, so it is not upgraded first.
+PIP := $(BIN)/pip install -q --no-compile
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 	# torch first and exactly: the CPU wheel on disk; an open range would pull CUDA wheels.
-	$(BIN)/pip install -q "torch==2.13.0"
-	$(BIN)/pip install -q -e .
+	$(PIP) "torch==2.13.0"
+	$(PIP) -e .
 	touch $(STAMP)
 
 $(TEST_STAMP): $(STAMP)
-	$(BIN)/pip install -q -e ".[test]"
+	$(PIP) -e ".[test]"
 	touch $(TEST_STAMP)
 
 venv: $(TEST_STAMP)
