@@ -126,20 +126,14 @@ class _Run:
         moves = (schedule.src != schedule.dst) & (schedule.size > 0)
         # Interpreted, an event costs ~1 ms: compiled pays from ~50 flows on.
         use_compiled(1000 * int(np.count_nonzero(moves)))
-        queued = schedule.after >= 0
-        remaining = np.diff(schedule.dep_ptr).astype(np.int64)
-        rev_ptr, rev_idx = _events.dependants(schedule.dep_ptr.astype(np.int64),
-                                              schedule.dep_idx.astype(np.int64), n)
-        aft_ptr, aft_idx = _events.dependants(
-            np.concatenate(([0], np.cumsum(queued))).astype(np.int64),
-            schedule.after[queued].astype(np.int64), n)
+        d = _derived(net, schedule)
         self.sched = _events.Schedule(
             moves=moves, compute=np.ascontiguousarray(schedule.compute_s, dtype=np.float64),
             earliest=np.ascontiguousarray(earliest, dtype=np.float64),
-            lat=net.pair_lat[net.pair_of], remaining=remaining, rev_ptr=rev_ptr,
-            rev_idx=rev_idx, after=np.ascontiguousarray(schedule.after, dtype=np.int64),
-            aft_ptr=aft_ptr, aft_idx=aft_idx, ready=np.full(n, np.nan), left=np.full(n, np.nan))
-        self.paths = _maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity)
+            lat=d["lat"], remaining=d["remaining"].copy(), rev_ptr=d["rev_ptr"],
+            rev_idx=d["rev_idx"], after=d["after"], aft_ptr=d["aft_ptr"], aft_idx=d["aft_idx"],
+            ready=np.full(n, np.nan), left=np.full(n, np.nan))
+        self.paths = d["paths"]
         self.state = _maxmin.new_state(self.paths)
         self.flows = _flows.new_flows(net.pair_of, schedule.size, len(net.pair_ptr) - 1)
         self.clock = _events.new_clock(n)
@@ -186,6 +180,33 @@ class _Run:
         return _result(self.s, self.net, self.clock.start, self.clock.arrive,
                        self.net.channel_bytes(self.s), self.state.busy, self.state.peak,
                        self.events)
+
+
+#: The last :func:`_derived`: (schedule structure, network, arrays).
+_KEPT: dict = {}
+
+
+def _derived(net: _Network, schedule: Schedule) -> dict:
+    """What the event loop reads of a schedule's structure (never written by it), kept for
+    the next schedule of the same :attr:`~emulator.Schedule.structure` on ``net`` (a
+    collective's other sizes: :meth:`emulator.Schedule.resized`)."""
+    kept = _KEPT.get("run")
+    if kept is not None and kept[0] is schedule.structure and kept[1] is net:
+        return kept[2]
+    _KEPT.clear()
+    n = len(schedule)
+    queued = schedule.after >= 0
+    rev_ptr, rev_idx = _events.dependants(schedule.dep_ptr.astype(np.int64),
+                                          schedule.dep_idx.astype(np.int64), n)
+    aft_ptr, aft_idx = _events.dependants(
+        np.concatenate(([0], np.cumsum(queued))).astype(np.int64),
+        schedule.after[queued].astype(np.int64), n)
+    d = dict(remaining=np.diff(schedule.dep_ptr).astype(np.int64), rev_ptr=rev_ptr,
+             rev_idx=rev_idx, aft_ptr=aft_ptr, aft_idx=aft_idx, lat=net.pair_lat[net.pair_of],
+             after=np.ascontiguousarray(schedule.after, dtype=np.int64),
+             paths=_maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity))
+    _KEPT["run"] = (schedule.structure, net, d)
+    return d
 
 
 def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch_peak,
@@ -296,7 +317,7 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
     for r in delays:
         if r not in schedule.ranks:
             raise ConfigError(f"Straggler: rank {r} does not take part (ranks {list(schedule.ranks)[:8]}...)")
-    net = _Network(G, schedule)
+    net = _Network.of(G, schedule)
     earliest = np.zeros(len(schedule))
     for rank, d in delays.items():
         earliest[schedule.src == rank] = d

@@ -25,6 +25,8 @@ from .errors import ConfigError
 __all__ = ["Network"]
 
 _CACHE: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+#: The last :meth:`Network.of`: (schedule structure, routes table, Network).
+_KEPT: dict = {}
 
 
 def _fingerprint(G, gpus) -> int:
@@ -185,6 +187,23 @@ class Network:
     channels : list of (u, v)
         Every directed channel of the graph; ``capacity`` their bytes/s.
     """
+
+    @classmethod
+    def of(cls, G, schedule: Schedule) -> "Network":
+        """``Network(G, schedule)``, kept for the next schedule of the same
+        :attr:`~emulator.Schedule.structure` on the same routes (a collective's other sizes,
+        :meth:`emulator.Schedule.resized`): the paths depend on who sends to whom by which
+        route, not on the bytes. One is kept (at 1024 GPUs it holds a path id per transfer)."""
+        import topologies
+
+        table = _routes_of(G, topologies.gpus(G))
+        kept = _KEPT.get("net")
+        if kept is not None and kept[0] is schedule.structure and kept[1] is table:
+            return kept[2]
+        _KEPT.clear()
+        net = cls(G, schedule)
+        _KEPT["net"] = (schedule.structure, table, net)
+        return net
 
     def __init__(self, G, schedule: Schedule):
         import topologies

@@ -154,11 +154,14 @@ class Schedule:
     detail : dict
         What the builder chose (NCCL algorithms: algorithm, protocol, channels, payload
         bytes); empty for the textbook algorithms.
+    structure : object
+        Identity of everything but the bytes: shared by the schedules :meth:`resized` makes
+        from one another, so the engine may key what it derives from the rest on it.
     """
 
     __slots__ = ("src", "dst", "size", "compute_s", "dep_ptr", "dep_idx", "tag_code", "tags",
                  "ids", "route", "after", "routes", "ranks", "op", "algorithm", "nbytes", "chunks",
-                 "detail", "_transfers")
+                 "detail", "structure", "_transfers")
 
     def __init__(self, transfers: Sequence[Transfer], ranks, op: str, algorithm: str,
                  nbytes: int, *, chunks: int = 1, routes: Sequence[Route] = (DEFAULT_ROUTE,)):
@@ -307,6 +310,54 @@ class Schedule:
                             ("algorithm", str(algorithm)), ("nbytes", int(nbytes)),
                             ("chunks", int(chunks))):
             object.__setattr__(self, name, value)
+        object.__setattr__(self, "structure", _Structure())
+
+    def resized(self, size, nbytes: int) -> "Schedule":
+        """The same transfers carrying ``size`` bytes each: the schedule of the same shape for a
+        message of ``nbytes`` (an NCCL ring at another size changes nothing but the bytes).
+
+        Shares every other array with this schedule, and its :attr:`structure`, so that the
+        engine reuses what it derived from them (routes, dependants) instead of deriving it
+        again: at a million transfers that is seconds per size.
+
+        Raises
+        ------
+        ScheduleError
+            If ``size`` has the wrong length, a negative entry or bytes on a local step.
+
+        Examples
+        --------
+        >>> s = Schedule([Transfer(0, 0, 1, 10), Transfer(1, 1, 0, 10, deps=(0,))], (0, 1),
+        ...              "test", "x", 10)
+        >>> t = s.resized([30, 20], 30)
+        >>> t.size.tolist(), t.deps_of(1).tolist(), t.structure is s.structure
+        ([30, 20], [0], True)
+        """
+        size = np.array(size, dtype=np.int64)
+        n = len(self)
+        if size.shape != (n,):
+            raise ScheduleError(f"Schedule.resized: size has shape {size.shape}, the schedule "
+                                f"{n} transfers")
+        if n and size.min() < 0:
+            i = int(np.argmax(size < 0))
+            raise ScheduleError(f"Schedule.resized: transfer {int(self.ids[i])}: "
+                                f"nbytes={int(size[i])} < 0")
+        local = self.src == self.dst
+        if n and local.any() and np.any(local & (size != 0)):
+            i = int(np.argmax(local & (size != 0)))
+            raise ScheduleError(f"Schedule.resized: local step {int(self.ids[i])} carries "
+                                f"{int(size[i])} bytes")
+        if not is_int(nbytes) or nbytes < 0:
+            raise ScheduleError(f"Schedule.resized: nbytes={nbytes!r} must be an int >= 0")
+        size.flags.writeable = False
+        out = object.__new__(Schedule)
+        for name in self.__slots__:
+            object.__setattr__(out, name, getattr(self, name))
+        object.__setattr__(out, "size", size)
+        object.__setattr__(out, "nbytes", int(nbytes))
+        object.__setattr__(out, "detail", {})
+        object.__setattr__(out, "_transfers", None)
+        return out
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Schedule is immutable (cannot set {name!r})")
@@ -346,6 +397,12 @@ class Schedule:
     def deps_of(self, i: int) -> np.ndarray:
         """Indices of the transfers that transfer index ``i`` waits for."""
         return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+
+class _Structure:
+    """Identity of a schedule's transfers apart from their bytes (:meth:`Schedule.resized`)."""
+
+    __slots__ = ("__weakref__",)
 
 
 def latest_dependency(dep_ptr, dep_idx) -> np.ndarray:

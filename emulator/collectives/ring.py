@@ -73,11 +73,7 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     k = np.arange(steps, dtype=np.int64)[:, None, None]
     r = np.arange(p, dtype=np.int64)[None, :, None]
     i = np.arange(c, dtype=np.int64)[None, None, :]
-    seg = (r - k + offset) % p
-    nbytes = chunk_bytes[seg, i]
-    if scale is not None:
-        nbytes = np.ceil(nbytes * np.asarray(scale, dtype=float)[None, :, None]).astype(np.int64)
-    nbytes = np.broadcast_to(nbytes, ids.shape).reshape(-1)
+    nbytes = ring_sizes(chunk_bytes, steps, offset, scale)
     compute = 0.0
     if hop_compute is not None or start_compute:
         hc = np.zeros(p) if hop_compute is None else np.asarray(hop_compute, dtype=float)
@@ -112,6 +108,26 @@ def ring_pass(b: Builder, order, chunk_bytes: np.ndarray, steps: int, offset: in
     if lo != steps:
         raise AssertionError("ring_pass: phase steps do not sum to steps")
     return ids
+
+
+def ring_sizes(chunk_bytes: np.ndarray, steps: int, offset: int, scale=None) -> np.ndarray:
+    """Bytes of the transfers :func:`ring_pass` adds, in the order it adds them (step, position,
+    chunk): position r sends chunk i of segment ``(r - k + offset) mod p`` at step k, times
+    its hop's ``scale`` rounded up.
+
+    Examples
+    --------
+    >>> ring_sizes(np.array([[10], [20], [30]]), 2, 0).tolist()
+    [10, 20, 30, 30, 10, 20]
+    """
+    p, c = chunk_bytes.shape
+    k = np.arange(steps, dtype=np.int64)[:, None, None]
+    r = np.arange(p, dtype=np.int64)[None, :, None]
+    i = np.arange(c, dtype=np.int64)[None, None, :]
+    nbytes = chunk_bytes[(r - k + offset) % p, i]
+    if scale is not None:
+        nbytes = np.ceil(nbytes * np.asarray(scale, dtype=float)[None, :, None]).astype(np.int64)
+    return np.broadcast_to(nbytes, (steps, p, c)).reshape(-1)
 
 
 def last_of(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

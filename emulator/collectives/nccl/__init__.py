@@ -265,13 +265,13 @@ def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1
         raise ConfigError(f"algorithm={name!r} does not run {op} (NCCL runs {op} with "
                           f"{', '.join(OP_ALGOS.get(op, ()))})")
     (a, p, t), timed, rings = _choose(system, rings, op, nbytes, algo, protocol)
+    sched = None
     if len(system.ranks) >= 2:
         eff = cost.efficiency(system, rings, a, p)
-        if a == "Ring":
-            if op == "broadcast":
-                builders.broadcast(b, system, rings, nbytes, p, eff)
-            else:
-                builders.ring(b, system, rings, op, _blocks(system, op, nbytes), p, eff)
+        if a == "Ring" and op != "broadcast":
+            sched = _ring(system, rings, op, name, nbytes, p, eff)
+        elif a == "Ring":
+            builders.broadcast(b, system, rings, nbytes, p, eff)
         elif a == "Tree":
             builders.tree_allreduce(b, system, rings, nbytes, p, eff)
         elif a == "NVLS":
@@ -280,9 +280,35 @@ def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1
             builders.nvls_tree_allreduce(b, system, rings, nbytes)
         else:
             p2p.alltoall(b, system, _a2a_sizes(system, nbytes), p, eff=eff)
-    sched = b.build(system.ranks, op, name, nbytes, 1)
+    if sched is None:
+        sched = b.build(system.ranks, op, name, nbytes, 1)
     return sched.annotate(nccl=Plan(op, a, p, len(rings), t, timed).to_dict(),
                           payload_bytes=_payload(op, a, len(system.ranks), nbytes))
+
+
+#: The last ring schedule :func:`_ring` built: (its key, the objects keyed by identity, it).
+_KEPT: dict = {}
+
+
+def _ring(system: NcclSystem, rings: list, op: str, name: str, nbytes: int, proto: str,
+          eff: float):
+    """The ring schedule of ``op``: the last one built, :meth:`~emulator.Schedule.resized`,
+    when it had the same system, channels, protocol and efficiency (a ring's transfers,
+    dependencies and routes do not depend on the bytes; a study asks for a collective at
+    dozens of sizes and at 1024 GPUs building one costs seconds), else built. One is kept (at
+    1024 GPUs and 8 channels it holds 8 million transfers)."""
+    blocks = _blocks(system, op, nbytes)
+    key = (op, name, proto, eff, len(rings))
+    objs = (system, *rings)
+    kept = _KEPT.get("ring")
+    if kept is not None and kept[0] == key and all(a is b for a, b in zip(kept[1], objs)):
+        return kept[2].resized(builders.ring_sizes(system, rings, op, blocks, proto, eff), nbytes)
+    _KEPT.clear()
+    b = Builder()
+    builders.ring(b, system, rings, op, blocks, proto, eff)
+    sched = b.build(system.ranks, op, name, nbytes, 1)
+    _KEPT["ring"] = (key, objs, sched)
+    return sched
 
 
 def _payload(op, algo, p, nbytes) -> int:

@@ -37,7 +37,7 @@ import math
 import numpy as np
 
 from .._schedule import Builder, Route, split, split_each
-from ..ring import ring_pass
+from ..ring import ring_pass, ring_sizes as ring_pass_sizes
 from . import constants as C
 from .channels import channel_trees
 from .system import NcclSystem
@@ -69,18 +69,21 @@ class _Hops:
         key = (stops, flow)
         hit = self._cache.get(key)
         if hit is None:
-            # The hop's facts are the system's (kept across schedules); its route id is this
-            # schedule's.
-            facts_key = ("hop", stops, flow, self.algo, self.proto, self.eff)
-            facts = self.system.memo.get(facts_key)
-            if facts is None:
-                hop = self.system.hop(stops, flow)
-                facts = self.system.memo[facts_key] = (
-                    Route(via=tuple(stops[1:-1]), flow=flow), hop.inflation / self.eff,
-                    hop_latency(self.system, hop.net, self.algo, self.proto), hop)
-            route, scale, wait, hop = facts
+            route, scale, wait, hop = self.facts(stops, flow)
             hit = self._cache[key] = (self.b.route(route), scale, wait, hop)
         return hit
+
+    def facts(self, stops: tuple, flow: int):
+        """``(Route, wire bytes per payload byte, per-step wait in s, Hop)`` of a hop: the
+        system's (kept across schedules); :meth:`__call__` adds this schedule's route id."""
+        facts_key = ("hop", stops, flow, self.algo, self.proto, self.eff)
+        facts = self.system.memo.get(facts_key)
+        if facts is None:
+            hop = self.system.hop(stops, flow)
+            facts = self.system.memo[facts_key] = (
+                Route(via=tuple(stops[1:-1]), flow=flow), hop.inflation / self.eff,
+                hop_latency(self.system, hop.net, self.algo, self.proto), hop)
+        return facts
 
 
 # -- rings ---------------------------------------------------------------------------------------
@@ -103,15 +106,11 @@ def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: st
     steps_of, offset, phases = RING_OPS[op]
     hops = _Hops(b, system, "Ring", proto, eff)
     base = C.BASE_LATENCY["Ring"][proto]
-    blocks = np.asarray(blocks, dtype=np.int64)
     out = []
-    per_channel = split_each(blocks, len(rings))                                 # (C, ranks)
-    for c, rg in enumerate(rings):
+    for rg, seg in zip(rings, _segments(system, rings, blocks)):
         order = np.asarray(rg.order, dtype=np.int64)
         p = len(order)
         facts = [hops(stops, rg.flow) for stops in rg.stops]
-        index = {r: i for i, r in enumerate(system.ranks)}
-        seg = per_channel[c][[index[int(r)] for r in order]]
         fd = None
         if first_deps is not None:
             fd = [np.asarray([first_deps[r] for r in order], dtype=np.int64)]
@@ -120,6 +119,26 @@ def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: st
                         hop_compute=[f[2] for f in facts], start_compute=base, ordered=False)
         out.append(ids)
     return out
+
+
+def _segments(system: NcclSystem, rings: list, blocks) -> list:
+    """Per channel, the payload bytes of its share of each rank's block, in its ring's order."""
+    per_channel = split_each(np.asarray(blocks, dtype=np.int64), len(rings))     # (C, ranks)
+    index = {r: i for i, r in enumerate(system.ranks)}
+    return [per_channel[c][[index[int(r)] for r in rg.order]] for c, rg in enumerate(rings)]
+
+
+def ring_sizes(system: NcclSystem, rings: list, op: str, blocks, proto: str,
+               eff: float) -> np.ndarray:
+    """The bytes of the transfers :func:`ring` adds for ``blocks``, in the order it adds them
+    (channel by channel): what a ring schedule of the same channels needs to be
+    :meth:`~emulator.Schedule.resized` to another size."""
+    steps_of, offset, _ = RING_OPS[op]
+    hops = _Hops(None, system, "Ring", proto, eff)
+    out = [ring_pass_sizes(seg[:, None], steps_of(len(rg.order)), offset,
+                           [hops.facts(stops, rg.flow)[1] for stops in rg.stops])
+           for rg, seg in zip(rings, _segments(system, rings, blocks)) if len(rg.order) >= 2]
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
 
 def broadcast(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str,
