@@ -213,6 +213,47 @@ def _levels(tree) -> tuple[dict, dict]:
     return depth, height
 
 
+def _tree_arrays(system: NcclSystem, rings: list) -> list:
+    """Per ring, per tree of its channel, the tree's edges as arrays:
+    each non-root rank's parent (index into the tree's ranks, parents first), its level
+    groups, the leaves, and per direction the hop's latency (s), inflation, network flag and
+    the first chunk's and the steady state's shared rates (bytes/s). Kept with the rings."""
+    return system.kept("tree_arrays", tuple(rings), lambda: _make_tree_arrays(system, rings))
+
+
+def _make_tree_arrays(system: NcclSystem, rings: list) -> list:
+    per_ring, info, rate, both, n_up = _tree_hops(system, rings)
+    gpu = system.gpu
+    out = []
+    for ring_trees in per_ring:
+        out.append([])
+        for tree in ring_trees:
+            order = [tree.root]                 # parents before children
+            for x in order:
+                order.extend(tree.children.get(x, ()))
+            pos = {r: k for k, r in enumerate(order)}
+            edges = order[1:]
+            facts = {}
+            for name, key in (("up", lambda a, b: (a, b)), ("down", lambda a, b: (b, a))):
+                rows = []
+                for a in edges:
+                    x, y = key(a, tree.parent[a])
+                    hop, ph, i = info[(id(tree), gpu(x), gpu(y))]
+                    rows.append((hop.latency, hop.inflation, hop.net, rate[ph][i],
+                                 both[i + (n_up if ph == "down" else 0)]))
+                cols = list(zip(*rows)) if rows else [()] * 5
+                facts[name] = tuple(np.asarray(c, dtype=float if k != 2 else bool)
+                                    for k, c in enumerate(cols))
+            depth = np.zeros(len(order), dtype=np.int64)
+            for k, a in enumerate(edges, start=1):
+                depth[k] = depth[pos[tree.parent[a]]] + 1
+            parent = np.array([pos[tree.parent[a]] for a in edges], dtype=np.int64)
+            levels = [np.flatnonzero(depth[1:] == d) for d in range(1, int(depth.max()) + 1)]
+            leaves = np.array([not tree.children.get(r) for r in order])
+            out[-1].append((parent, levels, leaves, facts["up"], facts["down"]))
+    return out
+
+
 def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
               eff: float | None = None) -> float:
     """Double binary trees, pipelined in chunks: the launch latency, the first chunk up the
@@ -221,35 +262,32 @@ def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
     tree sharing links. Exact for one chunk on trees that cross links alike (one node); the
     steady-state term is a bound (the engine overlaps phases partly)."""
     eff = efficiency(system, rings, "Tree", proto) if eff is None else eff
-    per_ring, info, rate, both, n_up = _tree_hops(system, rings)
-    trees = []
-    for ring_trees, share in zip(per_ring, split(nbytes, len(rings))):
-        for tree, half in zip(ring_trees, split(int(share), 2)):
-            trees.append((tree, int(half)))
-    gpu = system.gpu
-    wait_of = {net: hop_latency(system, net, "Tree", proto) for net in (False, True)}
-
-    def t(tree, a, b, size, first):
-        hop, ph, i = info[(id(tree), gpu(a), gpu(b))]
-        r = rate[ph][i] if first else both[i + (n_up if ph == "down" else 0)]
-        return (wait_of[hop.net] if first else 0.0) + hop.latency + \
-            math.ceil(size * (hop.inflation / eff)) / r
-
+    trees = [(arrays, int(half))
+             for ring_trees, share in zip(_tree_arrays(system, rings), split(nbytes, len(rings)))
+             for arrays, half in zip(ring_trees, split(int(share), 2))]
+    wait = np.array([hop_latency(system, net, "Tree", proto) for net in (False, True)])
     best = 0.0
-    for tree, half in trees:
-        sizes = [int(x) for x in split(half, _chunks(half, proto))]
-        # The first chunk's round trip to the root, per rank, from the root down (each edge
-        # once); the deepest leaf's is the chain, the slowest edge paces the other chunks.
-        trip = {tree.root: 0.0}
-        slow = 0.0
-        todo = [tree.root]
-        while todo:
-            b = todo.pop()
-            for a in tree.children.get(b, ()):
-                trip[a] = trip[b] + t(tree, a, b, sizes[0], True) + t(tree, b, a, sizes[0], True)
-                slow = max(slow, t(tree, a, b, sizes[0], False), t(tree, b, a, sizes[0], False))
-                todo.append(a)
-        worst = max(trip[r] for r in tree.parent if not tree.children[r])
+    for (parent, levels, leaves, up, down), half in trees:
+        sizes = split(half, _chunks(half, proto))
+        first = int(sizes[0])
+        if not len(parent):
+            best = max(best, C.BASE_LATENCY["Tree"][proto])
+            continue
+
+        def edge(lat, inflation, net, r_first, r_both):
+            """(the first chunk's seconds with the per-step wait, a later chunk's)."""
+            wire = np.ceil(first * (inflation / eff))
+            return wait[net.astype(np.int64)] + lat + wire / r_first, lat + wire / r_both
+
+        up_first, up_rest = edge(*up)
+        down_first, down_rest = edge(*down)
+        # The first chunk's round trip to the root, per rank, level by level from the root;
+        # the deepest leaf's is the chain, the slowest edge paces the other chunks.
+        trip = np.zeros(len(parent) + 1)
+        for idx in levels:
+            trip[idx + 1] = trip[parent[idx]] + up_first[idx] + down_first[idx]
+        slow = max(float(up_rest.max()), float(down_rest.max()))
+        worst = float(trip[leaves].max())
         best = max(best, C.BASE_LATENCY["Tree"][proto] + worst + (len(sizes) - 1) * slow)
     return best
 
