@@ -276,6 +276,9 @@ _WORKER: dict = {}
 
 
 def _worker_init(G, world_size: int, algorithm: str) -> None:
+    from ._malloc import keep_freed_memory
+
+    keep_freed_memory()         # a worker simulates one big collective after another
     _WORKER["net"] = Network(G, world_size, algorithm)
 
 
