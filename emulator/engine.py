@@ -217,9 +217,12 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
     first = np.full(len(ranks), np.inf)
     last = np.zeros(len(ranks))
     if len(s):
-        pos = np.zeros(max(ranks) + 1, dtype=np.int64)   # rank -> its place in ``ranks``
-        pos[list(ranks)] = np.arange(len(ranks))
-        src, dst = pos[s.src], pos[s.dst]
+        if ranks == tuple(range(len(ranks))):
+            src, dst = s.src, s.dst                       # a rank is its own place
+        else:
+            pos = np.zeros(max(ranks) + 1, dtype=np.int64)   # rank -> its place in ``ranks``
+            pos[list(ranks)] = np.arange(len(ranks))
+            src, dst = pos[s.src], pos[s.dst]
         # numpy >= 1.25 runs ufunc.at in one compiled pass (~5 ms per million transfers)
         np.fmin.at(first, src, start_t)
         np.fmax.at(last, src, arrive_t)
@@ -229,13 +232,13 @@ def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch
         LinkUsage(str(u), str(v), float(net.capacity[k]), int(ch_bytes[k]),
                   float(ch_busy[k]), float(min(ch_peak[k], 1.0)))
         for k, (u, v) in enumerate(net.channels) if ch_bytes[k] > 0)
-    network = s.src != s.dst
-    sent = int(s.size[network].sum())
-    received = int(s.size[network & ~np.isnan(arrive_t)].sum())
+    sent = int(s.size.sum())                   # local steps carry no bytes (Schedule checks)
+    arrived = ~np.isnan(arrive_t)
+    received = sent if arrived.all() else int(s.size[arrived].sum())
     return CollectiveResult(op=s.op, algorithm=s.algorithm, nbytes=s.nbytes, ranks=ranks,
                             time_s=time_s, rank_start_s=tuple(first.tolist()),
                             rank_finish_s=tuple(last.tolist()), links=links,
-                            flows=int(network.sum()), bytes_sent=sent,
+                            flows=int(np.count_nonzero(s.src != s.dst)), bytes_sent=sent,
                             bytes_received=received, events=events)
 
 
