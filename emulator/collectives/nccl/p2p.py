@@ -77,30 +77,12 @@ def _make_table(system: NcclSystem) -> Table:
     of a send are those of its legs combined (latencies summed in route order, bottlenecks
     and rates the least of the legs'), so a million sends cost array operations over a few
     thousand distinct legs, with the same numbers as :meth:`.NcclSystem.hop` and
-    :func:`.cost.shared_rates` give send by send."""
-    ranks = system.ranks
-    order = sorted(range(len(ranks)), key=lambda k: ranks[k])
-    legs: dict = {}                     # (a, b, flow) -> leg id
-    routes: dict = {}                   # (via, flow) -> route index
-    ii, jj, leg_rows, route_of = [], [], [], []
-    for a in order:
-        x = ranks[a]
-        for b in order:
-            y = ranks[b]
-            if x == y:
-                continue
-            stops, flow = system.p2p_stops(x, y)
-            leg_rows.append([legs.setdefault((u, v, flow), len(legs))
-                             for u, v in zip(stops, stops[1:])])
-            route_of.append(routes.setdefault((stops[1:-1], flow), len(routes)))
-            ii.append(a)
-            jj.append(b)
+    :func:`.cost.shared_rates` give send by send. The sends' stops are
+    :meth:`.NcclSystem.p2p_stops`' rule over arrays (``_stops``)."""
+    ii, jj, L, route, routes, legs = _stops(system)
     facts = [system.leg(*key) for key in legs]
-    width = max((len(r) for r in leg_rows), default=1)
     pad = len(facts)                    # a leg of no links, no latency: pads shorter sends
-    L = np.full((len(leg_rows), width), pad, dtype=np.int64)
-    for k, r in enumerate(leg_rows):
-        L[k, :len(r)] = r
+    L = np.where(L < 0, pad, L)
     lat = np.array([f[1] for f in facts] + [0.0])
     raw = np.array([min(f[2], default=np.inf) for f in facts] + [np.inf])
     usable = np.array([min(f[3], default=np.inf) for f in facts] + [np.inf])
@@ -114,13 +96,96 @@ def _make_table(system: NcclSystem) -> Table:
     rate = np.array([min((bw / count[c] for c, bw in zip(f[0], f[2])), default=np.inf)
                      for f in facts] + [np.inf])
     latency = lat[L[:, 0]]
-    for k in range(1, width):          # in route order, as a float sum along the route adds
+    for k in range(1, L.shape[1]):     # in route order, as a float sum along the route adds
         latency = latency + lat[L[:, k]]
-    return Table(i=np.array(ii, dtype=np.int64), j=np.array(jj, dtype=np.int64),
-                 latency=latency, inflation=raw[L].min(axis=1) / usable[L].min(axis=1),
-                 net=net[L].any(axis=1), rate=rate[L].min(axis=1),
-                 route=np.array(route_of, dtype=np.int64),
-                 routes=tuple(Route(via=tuple(v), flow=f) for v, f in routes))
+    return Table(i=ii, j=jj, latency=latency, inflation=raw[L].min(axis=1) / usable[L].min(axis=1),
+                 net=net[L].any(axis=1), rate=rate[L].min(axis=1), route=route, routes=routes)
+
+
+def _stops(system: NcclSystem) -> tuple:
+    """Every send's legs, as :meth:`.NcclSystem.p2p_stops` routes it, over arrays: inside a
+    node (or without rails) the direct leg; between nodes, on the destination's rail ``r``,
+    [sender -> proxy GPU of the rail's NIC, if another GPU], -> NIC, NIC -> NIC, NIC ->
+    receiver, each leg with ECMP label ``r``.
+
+    Returns ``(i, j, legs, route, routes, keys)``: sender and receiver positions in
+    ``system.ranks`` (sends in increasing (src rank, dst rank) order), per send its leg ids in
+    route order (-1 past its last leg), its route index and the routes in order of first
+    appearance, and the (node, node, label) key of every leg id."""
+    ranks = system.ranks
+    p = len(ranks)
+    order = np.array(sorted(range(p), key=lambda k: ranks[k]), dtype=np.int64)
+    a = np.repeat(order, p)
+    b = np.tile(order, p)
+    keep = a != b
+    a, b = a[keep], b[keep]
+    rails = min((len(n) for n in system.nics), default=0)
+    # Node ids as integers: GPUs 0..p-1 (by position), then every NIC.
+    names = [system.gpu(r) for r in ranks]
+    nic_id: dict = {}
+    for node_nics in system.nics:
+        for nic in node_nics:
+            nic_id.setdefault(nic, len(names) + len(nic_id))
+    names += list(nic_id)
+    n_names = len(names)
+    host = np.array([system.node_of(r) for r in ranks], dtype=np.int64)
+    cross = host[a] != host[b] if rails else np.zeros(len(a), dtype=bool)
+    legs = np.full((len(a), 4), -1, dtype=np.int64)          # leg codes, then ids
+    flow = np.zeros(len(a), dtype=np.int64)
+    route_code = np.full(len(a), -1, dtype=np.int64)           # -1: the direct route
+
+    def code(u, v, f):
+        return (u * n_names + v) * max(rails, 1) + f
+
+    direct = ~cross
+    legs[direct, 0] = code(a[direct], b[direct], 0)
+    if cross.any():
+        pos = {r: k for k, r in enumerate(ranks)}
+        local = np.zeros(p, dtype=np.int64)                 # a GPU's rail: its place in its node
+        for grp in system.nodes:
+            for k, r in enumerate(grp):
+                local[pos[r]] = k % rails
+        nic = np.array([[nic_id[n] for n in node_nics[:rails]] for node_nics in system.nics],
+                       dtype=np.int64)                       # (hosts, rails)
+        proxy = np.array([[pos[system.near[n][0]] for n in node_nics[:rails]]
+                          for node_nics in system.nics], dtype=np.int64)
+        x, y = a[cross], b[cross]
+        r = local[y]
+        nx, ny = nic[host[x], r], nic[host[y], r]
+        px = proxy[host[x], r]
+        via = px != x                                        # through another GPU first
+        first = np.where(via, px, x)
+        rows = np.flatnonzero(cross)
+        cols = np.where(via, 1, 0)
+        legs[rows[via], 0] = code(x[via], px[via], r[via])
+        legs[rows, cols] = code(first, nx, r)
+        legs[rows, cols + 1] = code(nx, ny, r)
+        legs[rows, cols + 2] = code(ny, y, r)
+        flow[rows] = r
+        route_code[rows] = ((np.where(via, px, -1) + 1) * n_names + nx) * n_names * rails + \
+            ny * rails + r
+    used = legs >= 0
+    keys, ids = np.unique(legs[used], return_inverse=True)
+    legs[used] = np.ravel(ids)
+    width = int(used.sum(axis=1).max()) if len(a) else 1
+    per_leg = max(rails, 1)
+    leg_keys = [(names[k // per_leg // n_names], names[k // per_leg % n_names], int(k % per_leg))
+                for k in keys.tolist()]
+    # routes in order of first appearance, as the sends list them
+    uniq, first_at, inverse = np.unique(route_code, return_index=True, return_inverse=True)
+    rank_of = np.empty(len(uniq), dtype=np.int64)
+    rank_of[np.argsort(first_at, kind="stable")] = np.arange(len(uniq))
+    routes = []
+    for c in uniq[np.argsort(first_at, kind="stable")].tolist():
+        if c < 0:
+            routes.append(Route(via=(), flow=0))
+            continue
+        rest, r = divmod(c, rails)
+        rest, ny = divmod(rest, n_names)
+        px, nx = divmod(rest, n_names)
+        via = ((names[px - 1],) if px else ()) + (names[nx], names[ny])
+        routes.append(Route(via=via, flow=r))
+    return (a, b, legs[:, :max(width, 1)], rank_of[np.ravel(inverse)], tuple(routes), leg_keys)
 
 
 def uniform(system: NcclSystem, per_destination) -> np.ndarray:
