@@ -252,14 +252,7 @@ class Schedule:
         if n:
             # Whole-array reductions first; the offending entry is looked for only on failure
             # (each elementwise temporary of a 2-million-transfer schedule is 16 MB to fault in).
-            if size.min() < 0:
-                i = int(np.argmax(size < 0))
-                raise ScheduleError(f"Schedule: transfer {int(ids[i])}: nbytes={int(size[i])} < 0")
-            local = src == dst
-            if local.any() and np.any(local & (size != 0)):
-                i = int(np.argmax(local & (size != 0)))
-                raise ScheduleError(f"Schedule: local step {int(ids[i])} carries {int(size[i])} "
-                                    f"bytes")
+            _check_bytes(size, src, dst, ids, "Schedule")
             low = compute_s.min()
             if not np.isfinite(low) or low < 0 or not np.isfinite(compute_s.max()):
                 raise ScheduleError("Schedule: compute_s must be finite and >= 0")
@@ -338,15 +331,8 @@ class Schedule:
         if size.shape != (n,):
             raise ScheduleError(f"Schedule.resized: size has shape {size.shape}, the schedule "
                                 f"{n} transfers")
-        if n and size.min() < 0:
-            i = int(np.argmax(size < 0))
-            raise ScheduleError(f"Schedule.resized: transfer {int(self.ids[i])}: "
-                                f"nbytes={int(size[i])} < 0")
-        local = self.src == self.dst
-        if n and local.any() and np.any(local & (size != 0)):
-            i = int(np.argmax(local & (size != 0)))
-            raise ScheduleError(f"Schedule.resized: local step {int(self.ids[i])} carries "
-                                f"{int(size[i])} bytes")
+        if n:
+            _check_bytes(size, self.src, self.dst, self.ids, "Schedule.resized")
         if not is_int(nbytes) or nbytes < 0:
             raise ScheduleError(f"Schedule.resized: nbytes={nbytes!r} must be an int >= 0")
         size.flags.writeable = False
@@ -397,6 +383,17 @@ class Schedule:
     def deps_of(self, i: int) -> np.ndarray:
         """Indices of the transfers that transfer index ``i`` waits for."""
         return self.dep_idx[self.dep_ptr[i]:self.dep_ptr[i + 1]]
+
+
+def _check_bytes(size, src, dst, ids, who: str) -> None:
+    """Every transfer carries >= 0 bytes and a local step none (the first offender named)."""
+    if size.min() < 0:
+        i = int(np.argmax(size < 0))
+        raise ScheduleError(f"{who}: transfer {int(ids[i])}: nbytes={int(size[i])} < 0")
+    local = src == dst
+    if local.any() and np.any(local & (size != 0)):
+        i = int(np.argmax(local & (size != 0)))
+        raise ScheduleError(f"{who}: local step {int(ids[i])} carries {int(size[i])} bytes")
 
 
 class _Structure:
