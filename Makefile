@@ -11,9 +11,10 @@ TEST_STAMP := $(VENV)/.installed-test
 # The main job needs the package only; the tests add their tools (pytest, Playwright, Triton's
 # CPU interpreter: about 8 s more to install), so `make run` does not wait for them.
 # --no-compile: pip would byte-compile every module of every package (torch alone has
-# thousands) before the first run; Python compiles the few it imports on first use instead
-# (37 -> 22 s for this set-up, benchmarks/RESULTS.md). venv's own pip (23.x) installs
-# pyproject editables, so it is not upgraded first.
+# thousands) before the first run: 37 -> 22 s for this set-up (benchmarks/RESULTS.md). The
+# main job's few processes compile what they import instead (~2 s each, every time where
+# PYTHONDONTWRITEBYTECODE is set). venv's own pip (23.x) installs pyproject editables, so
+# it is not upgraded first.
 PIP := $(BIN)/pip install -q --no-compile
 
 $(STAMP): pyproject.toml
@@ -23,8 +24,12 @@ $(STAMP): pyproject.toml
 	$(PIP) -e .
 	touch $(STAMP)
 
+# The suite starts hundreds of interpreters: there every module is compiled once, on every
+# core, as pip would (a file that does not compile, such as torch's Python 3.12 test
+# snippets, is left to Python, as pip leaves it).
 $(TEST_STAMP): $(STAMP)
 	$(PIP) -e ".[test]"
+	$(BIN)/python -c "import compileall, sys; compileall.compile_dir(sys.prefix + '/lib', quiet=2, workers=0)"
 	touch $(TEST_STAMP)
 
 venv: $(TEST_STAMP)
