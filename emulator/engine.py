@@ -336,9 +336,14 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
     return run.result()
 
 
-def warm_up() -> None:
-    """Compile the engine's kernels (or load them from numba's cache) now, by simulating two
-    tiny schedules through both paths, so that a timing taken afterwards is the simulation's.
+#: The engine's two compiled paths, as :func:`warm_up` names them.
+WARM_PATHS = ("events", "contention_free")
+
+
+def warm_up(paths=WARM_PATHS) -> None:
+    """Compile the engine's kernels (or load them from numba's cache) now, by simulating a
+    tiny schedule through each of ``paths`` (the event loop's, the contention-free pass's; by
+    default both), so that a timing taken afterwards is the simulation's.
 
     A first compile takes about 14 s on a 2-core machine, and numba's cache goes stale with
     every new checkout (it checks the sources' timestamps); a study's pilot timed with it
@@ -352,10 +357,15 @@ def warm_up() -> None:
     import topologies
     from ._jit import compile_kernels
 
+    bad = [p for p in paths if p not in WARM_PATHS]
+    if bad or isinstance(paths, str):
+        raise ConfigError(f"warm_up: paths={paths!r} must name some of {WARM_PATHS}")
     compile_kernels()
     G = topologies.switch(4)
-    simulate(G, build_schedule("alltoall", "direct", 4, 4_000_000), _force_events=True)
-    simulate(G, build_schedule("allreduce", "ring", 4, 4_000_000))
+    if "events" in paths:
+        simulate(G, build_schedule("alltoall", "direct", 4, 4_000_000), _force_events=True)
+    if "contention_free" in paths:
+        simulate(G, build_schedule("allreduce", "ring", 4, 4_000_000))
 
 
 def run_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None, chunks: int = 1,

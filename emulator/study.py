@@ -381,13 +381,12 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
             eta = wall_of(left.values(), workers) if len(seconds) > len(stage[0]) else None
             progress(len(seconds), total, eta)
 
-    if rest and (time_limit_s is not None or progress is not None):
-        # the pilot's times are extrapolated (refusal, ETA): numba's compiling must not be in them
-        from .engine import warm_up
-
-        warm_up()
     # one set of local processes for the pilot's stages and the rest
     with _Local(min(workers, total), task_progress) as local:
+        if rest and (time_limit_s is not None or progress is not None):
+            # the pilot's times are extrapolated (refusal, ETA): numba's compiling must not
+            # be in them
+            _warm_up(local if cluster is None else None)
         _run_tasks(tasks, stage[0], done, workers, cluster, task_progress, local=local)
         k = 0
         while rest:
@@ -409,6 +408,21 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
         _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster,
                    task_progress, local=local)
     return _rows(config, results)
+
+
+def _warm_up(local) -> None:
+    """Compile the engine's kernels before the pilot: with two or more local processes, in
+    them, each path's kernels in its own process at once (the event loop's and the
+    contention-free pass's, ~7 and ~4 s of compiling on a fresh checkout; each writes numba's
+    cache, from which the other loads them), while they import; else here."""
+    from . import engine
+
+    if local is None or local.workers < 2:
+        engine.warm_up()
+        return
+    pool = local.executor()
+    for f in [pool.submit(engine.warm_up, (path,)) for path in engine.WARM_PATHS]:
+        f.result()
 
 
 class _Local:
@@ -455,7 +469,7 @@ def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
 
         map_on_cluster(_timed, [tasks[i] for i in order], cluster,
                        on_done=lambda k, value: done(order[k], *value))
-    elif workers == 1 or len(order) == 1:
+    elif workers == 1 or (len(order) == 1 and local.pool is None):
         for i in order:
             done(i, *_timed(tasks[i], task_progress))
     else:

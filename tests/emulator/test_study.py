@@ -680,3 +680,34 @@ def test_study_command_time_limit(tmp_path, capsys):
     assert code == 2
     err = capsys.readouterr().err
     assert "the study would take about" in err and "--time-limit" in err
+
+
+def test_with_local_processes_the_kernels_compile_there_not_here(tmp_path):
+    """The warm-up before the pilot runs in the study's processes, one engine path in each
+    (their compiling overlaps); this process never loads numba, and every task still runs in
+    the processes, the single-task stages too."""
+    import subprocess
+    import sys
+
+    code = ("import emulator, json\n"
+            "from emulator import _jit, engine, study\n"
+            "from tests.emulator.test_study import grid\n"
+            "seen = []\n"
+            "s = study.run_study(grid(), workers=2, progress=lambda d, t, eta: seen.append(d))\n"
+            "print(json.dumps([_jit.compiled(), len(s.rows), seen[-1]]))\n")
+    env = dict(__import__("os").environ, NUMBA_CACHE_DIR=str(tmp_path))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env=env).stdout
+    compiled, rows, done = json.loads(out.strip().splitlines()[-1])
+    assert compiled is False and rows == len(run_study(grid()).rows) and done == 12
+    # both paths' kernels reached numba's cache from the two processes
+    assert any(p.suffix == ".nbi" for p in tmp_path.rglob("*"))
+
+
+def test_warm_up_names_bad_paths():
+    from emulator import engine
+
+    with pytest.raises(emulator.ConfigError, match="paths='events' must name some of"):
+        engine.warm_up("events")
+    with pytest.raises(emulator.ConfigError, match="'nope'"):
+        engine.warm_up(("nope",))
