@@ -6,9 +6,9 @@ kernel's page faults (and zeroing) for each array again. A worker that runs doze
 simulations in a row gains by keeping them: with the mmap threshold above the largest array
 and trimming off, freed blocks stay in malloc's heap and the next simulation's arrays reuse
 pages already mapped. Measured (benchmarks/RESULTS.md): three 1024-GPU all-gathers in one
-process, 44.9 -> 40.4 s wall, 6.5 -> 2.4 s of system time; 20 allocations of 67 MB, 11,321
--> 566 page faults. The cost is that a process's memory stays at its peak until it exits,
-which suits worker processes (a study's, a prefetch's), not a long-lived server.
+process, 44.9 -> 40.4 s wall, 6.5 -> 2.4 s of system time. The cost is that a process's
+memory stays at its peak until it exits, which suits worker processes (a study's, a
+prefetch's), not a long-lived server.
 """
 from __future__ import annotations
 
