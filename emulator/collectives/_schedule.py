@@ -348,6 +348,13 @@ class Schedule:
     def __setattr__(self, name, value):
         raise AttributeError(f"Schedule is immutable (cannot set {name!r})")
 
+    def __reduce__(self):
+        # Unpickling a slotted class sets its slots through __setattr__, which a Schedule
+        # forbids: it is rebuilt from its slots instead (to a Dask worker, say). Schedules
+        # pickled together keep sharing a structure (pickle keeps one copy of the token).
+        return _unpickle, (tuple((k, getattr(self, k)) for k in self.__slots__
+                                 if k != "_transfers"),)
+
     def annotate(self, **detail) -> "Schedule":
         """Record what the builder chose in :attr:`detail` (builders only); returns self."""
         object.__setattr__(self, "detail", {**self.detail, **detail})
@@ -394,6 +401,17 @@ def _check_bytes(size, src, dst, ids, who: str) -> None:
     if local.any() and np.any(local & (size != 0)):
         i = int(np.argmax(local & (size != 0)))
         raise ScheduleError(f"{who}: local step {int(ids[i])} carries {int(size[i])} bytes")
+
+
+def _unpickle(slots: tuple) -> Schedule:
+    """A :class:`Schedule` from its slots (:meth:`Schedule.__reduce__`), arrays read-only again."""
+    out = object.__new__(Schedule)
+    for name, value in slots:
+        if isinstance(value, np.ndarray):
+            value.flags.writeable = False
+        object.__setattr__(out, name, value)
+    object.__setattr__(out, "_transfers", None)
+    return out
 
 
 class _Structure:

@@ -106,3 +106,18 @@ def test_a_schedule_simulated_twice_gives_the_same_result():
     a = emulator.simulate(G, s, _force_events=True)
     b = emulator.simulate(G, s, _force_events=True)
     assert a.time_s == b.time_s and a.events == b.events > 0
+
+
+def test_schedules_pickle_and_keep_their_shared_structure():
+    import pickle
+
+    G = topologies.from_spec("cluster:dgx_a100x2")
+    s = build_schedule("allgather", "nccl_ring", 16, 1 << 28, graph=G, protocol="Simple")
+    t = build_schedule("allgather", "nccl_ring", 16, 1 << 27, graph=G, protocol="Simple")
+    a, b = pickle.loads(pickle.dumps((s, t)))
+    assert _same(a, s) and _same(b, t) and a.detail == s.detail and a.nbytes == s.nbytes
+    assert a.structure is b.structure and a.structure is not s.structure
+    assert not a.size.flags.writeable and not b.dep_idx.flags.writeable
+    assert emulator.simulate(G, b).time_s == emulator.simulate(G, t).time_s
+    with pytest.raises(AttributeError, match="immutable"):
+        a.size = t.size
