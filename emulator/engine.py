@@ -182,18 +182,12 @@ class _Run:
                        self.events)
 
 
-#: The last :func:`_derived`: (schedule structure, network, arrays).
-_KEPT: dict = {}
-
-
 def _derived(net: _Network, schedule: Schedule) -> dict:
-    """What the event loop reads of a schedule's structure (never written by it), kept for
-    the next schedule of the same :attr:`~emulator.Schedule.structure` on ``net`` (a
-    collective's other sizes: :meth:`emulator.Schedule.resized`)."""
-    kept = _KEPT.get("run")
-    if kept is not None and kept[0] is schedule.structure and kept[1] is net:
-        return kept[2]
-    _KEPT.clear()
+    """What the event loop reads of a schedule's structure (never written by it). Kept with
+    ``net``, which serves only schedules of this :attr:`~emulator.Schedule.structure`
+    (:meth:`emulator.netpaths.Network.of`): a collective's other sizes reuse it."""
+    if net.derived:
+        return net.derived
     n = len(schedule)
     queued = schedule.after >= 0
     rev_ptr, rev_idx = _events.dependants(schedule.dep_ptr.astype(np.int64),
@@ -201,12 +195,12 @@ def _derived(net: _Network, schedule: Schedule) -> dict:
     aft_ptr, aft_idx = _events.dependants(
         np.concatenate(([0], np.cumsum(queued))).astype(np.int64),
         schedule.after[queued].astype(np.int64), n)
-    d = dict(remaining=np.diff(schedule.dep_ptr).astype(np.int64), rev_ptr=rev_ptr,
-             rev_idx=rev_idx, aft_ptr=aft_ptr, aft_idx=aft_idx, lat=net.pair_lat[net.pair_of],
-             after=np.ascontiguousarray(schedule.after, dtype=np.int64),
-             paths=_maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity))
-    _KEPT["run"] = (schedule.structure, net, d)
-    return d
+    net.derived.update(
+        remaining=np.diff(schedule.dep_ptr).astype(np.int64), rev_ptr=rev_ptr, rev_idx=rev_idx,
+        aft_ptr=aft_ptr, aft_idx=aft_idx, lat=net.pair_lat[net.pair_of],
+        after=np.ascontiguousarray(schedule.after, dtype=np.int64),
+        paths=_maxmin.build_paths(net.pair_ptr, net.pair_chan, net.capacity))
+    return net.derived
 
 
 def _result(s: Schedule, net: _Network, start_t, arrive_t, ch_bytes, ch_busy, ch_peak,

@@ -186,6 +186,9 @@ class Network:
         Latency of each path (s): the sum of its links'.
     channels : list of (u, v)
         Every directed channel of the graph; ``capacity`` their bytes/s.
+    derived : dict
+        What the engine derives from the schedule's structure, kept here for the schedules
+        this network serves (:meth:`of`).
     """
 
     @classmethod
@@ -193,7 +196,8 @@ class Network:
         """``Network(G, schedule)``, kept for the next schedule of the same
         :attr:`~emulator.Schedule.structure` on the same routes (a collective's other sizes,
         :meth:`emulator.Schedule.resized`): the paths depend on who sends to whom by which
-        route, not on the bytes. One is kept (at 1024 GPUs it holds a path id per transfer)."""
+        route, not on the bytes. One is kept (at 1024 GPUs it holds a path id per transfer, and
+        the engine's :attr:`derived` arrays)."""
         import topologies
 
         table = _routes_of(G, topologies.gpus(G))
@@ -246,6 +250,7 @@ class Network:
         self.pair_lat = np.append(table._lat[keep], 0.0)
         self.channels = table.channels
         self.capacity = table.capacity
+        self.derived: dict = {}
 
     def entries(self, pair_ids: np.ndarray):
         """(flow index, channel id) entries of flows with these pair ids."""

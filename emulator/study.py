@@ -387,7 +387,7 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
             # the pilot's times are extrapolated (refusal, ETA): numba's compiling must not
             # be in them
             _warm_up(local if cluster is None else None)
-        _run_tasks(tasks, stage[0], done, workers, cluster, task_progress, local=local)
+        _run_tasks(tasks, stage[0], done, cluster, task_progress, local=local)
         k = 0
         while rest:
             plan = estimate(tasks, dict(seconds), workers)
@@ -401,11 +401,11 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
                 whole = dataclasses.replace(plan, seconds=spent + plan.seconds)
                 raise ConfigError(whole.advice(time_limit_s))
             k += 1
-            _run_tasks(tasks, stage[k], done, workers, cluster, task_progress, local=local)
+            _run_tasks(tasks, stage[k], done, cluster, task_progress, local=local)
             rest = [i for i in rest if i not in seconds]
         # Largest first: the longest tasks start at once and the short ones fill the gaps
         # (longest-processing-time-first scheduling).
-        _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, workers, cluster,
+        _run_tasks(tasks, sorted(rest, key=lambda i: -tasks[i][2]), done, cluster,
                    task_progress, local=local)
     return _rows(config, results)
 
@@ -457,7 +457,7 @@ class _Local:
             self.manager.shutdown()
 
 
-def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
+def _run_tasks(tasks: list, order: list, done: Callable, cluster,
                task_progress: Callable[[str], None] | None = None, *, local: _Local) -> None:
     """Run ``tasks[i]`` for ``i`` in ``order`` here, in ``local``'s processes or on a Dask
     cluster; ``done(i, wall_s, result)`` as each finishes, ``task_progress(text)`` while they
@@ -469,7 +469,7 @@ def _run_tasks(tasks: list, order: list, done: Callable, workers: int, cluster,
 
         map_on_cluster(_timed, [tasks[i] for i in order], cluster,
                        on_done=lambda k, value: done(order[k], *value))
-    elif workers == 1 or (len(order) == 1 and local.pool is None):
+    elif local.workers == 1 or (len(order) == 1 and local.pool is None):
         for i in order:
             done(i, *_timed(tasks[i], task_progress))
     else:

@@ -335,15 +335,11 @@ class Schedule:
             _check_bytes(size, self.src, self.dst, self.ids, "Schedule.resized")
         if not is_int(nbytes) or nbytes < 0:
             raise ScheduleError(f"Schedule.resized: nbytes={nbytes!r} must be an int >= 0")
-        size.flags.writeable = False
-        out = object.__new__(Schedule)
-        for name in self.__slots__:
-            object.__setattr__(out, name, getattr(self, name))
-        object.__setattr__(out, "size", size)
-        object.__setattr__(out, "nbytes", int(nbytes))
-        object.__setattr__(out, "detail", {})
-        object.__setattr__(out, "_transfers", None)
-        return out
+        return _from_slots({**self._slots(), "size": size, "nbytes": int(nbytes), "detail": {}})
+
+    def _slots(self) -> dict:
+        """Every slot but the Transfer objects (built again on demand)."""
+        return {k: getattr(self, k) for k in self.__slots__ if k != "_transfers"}
 
     def __setattr__(self, name, value):
         raise AttributeError(f"Schedule is immutable (cannot set {name!r})")
@@ -352,8 +348,7 @@ class Schedule:
         # Unpickling a slotted class sets its slots through __setattr__, which a Schedule
         # forbids: it is rebuilt from its slots instead (to a Dask worker, say). Schedules
         # pickled together keep sharing a structure (pickle keeps one copy of the token).
-        return _unpickle, (tuple((k, getattr(self, k)) for k in self.__slots__
-                                 if k != "_transfers"),)
+        return _from_slots, (self._slots(),)
 
     def annotate(self, **detail) -> "Schedule":
         """Record what the builder chose in :attr:`detail` (builders only); returns self."""
@@ -403,10 +398,11 @@ def _check_bytes(size, src, dst, ids, who: str) -> None:
         raise ScheduleError(f"{who}: local step {int(ids[i])} carries {int(size[i])} bytes")
 
 
-def _unpickle(slots: tuple) -> Schedule:
-    """A :class:`Schedule` from its slots (:meth:`Schedule.__reduce__`), arrays read-only again."""
+def _from_slots(slots: dict) -> Schedule:
+    """A :class:`Schedule` from its slots (:meth:`Schedule.resized`, unpickling), with its
+    arrays read-only."""
     out = object.__new__(Schedule)
-    for name, value in slots:
+    for name, value in slots.items():
         if isinstance(value, np.ndarray):
             value.flags.writeable = False
         object.__setattr__(out, name, value)

@@ -29,7 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # Up to 1024 GPUs, where QSGD starts to pay on slow NICs: NCCL's channels and QSGD's
     # all-to-all share links, so every collective runs through the event loop, and each
     # doubling of the GPUs costs about 2-4x; in the (default) approximate mode the study takes
-    # about 5 minutes on the 2-core development machine (benchmarks/RESULTS.md).
+    # about 4 minutes on the 2-core development machine (benchmarks/RESULTS.md).
     parser.set_defaults(world_sizes="8,16,32,64,128,256,512,1024", device=DEFAULT_DEVICE,
                         workers=default_workers())
 

@@ -162,17 +162,14 @@ def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> 
 def _tree_hops(system: NcclSystem, rings: list) -> tuple:
     """The trees of each ring's channel, each tree edge's hop per direction (up to the root or
     down from it) with its index in its phase, and the shared rates of the first chunk's hops
-    and of both phases' hops at once; independent of size and protocol, so kept with the rings.
+    and of both phases' hops at once; independent of size and protocol (:func:`_tree_arrays`
+    keeps them, as arrays, with the rings).
 
     The first chunk crosses a tree one level at a time: up, an edge's hop runs at the height of
     its child (leaves first); down, at the depth of its parent. So its hops share links with
     the other trees' hops of the same phase and level, not with every hop of the phase (on
     several nodes that over-counted sharing by up to 2x). The chunks after it keep every hop
     of both phases busy at once."""
-    return system.kept("tree_hops", tuple(rings), lambda: _make_tree_hops(system, rings))
-
-
-def _make_tree_hops(system: NcclSystem, rings: list) -> tuple:
     gpu = system.gpu
     per_ring = [channel_trees(system, rg) for rg in rings]
     info, phase_hops, level = {}, {"up": [], "down": []}, {"up": [], "down": []}
