@@ -20,7 +20,8 @@ def validate_topology(G) -> nx.Graph:
 
     Checks: an undirected simple ``nx.Graph``; node ids are strings; every node has a
     ``kind`` in {"gpu", "switch", "nic", "cpu"}; at least one GPU; GPU ``rank`` values are
-    integers, unique and contiguous from 0 (and only GPUs have a rank); every edge has a
+    integers, unique and contiguous from 0 (and only GPUs have a rank); a NIC's
+    ``in_order_128``, if present, is a bool; every edge has a
     positive finite ``bandwidth`` (bytes/s) and ``latency`` (s) and, if present, a non-empty
     string ``link``; no self-loops; connected.
 
@@ -51,7 +52,10 @@ def validate_topology(G) -> nx.Graph:
                 raise ValidationError(f"node {n!r}: rank={rank} is also the rank of node "
                                       f"{ranks[rank]!r}")
             ranks[int(rank)] = n
-        elif "rank" in d:
+        elif kind == "nic" and not isinstance(d.get("in_order_128", True), bool):
+            raise ValidationError(f"node {n!r}: in_order_128={d['in_order_128']!r} must be "
+                                  f"True or False")
+        if kind != "gpu" and "rank" in d:
             raise ValidationError(f"node {n!r}: rank={d['rank']!r} on a {kind} node "
                                   f"(only GPUs have ranks)")
     if not ranks:

@@ -63,6 +63,7 @@ def test_closed_form_is_the_engine_on_uncongested_schedules(spec, op, name, prot
     ("cluster:dgx_a100x2", "nccl_ring", 1 << 24, 0.15),
     ("cluster:dgx_h100x2", "nccl_nvls_tree", 1 << 24, 0.20),
     ("cluster:dgx1_v100x2", "nccl_ring", 1 << 22, 0.25),
+    ("cluster:p5x2", "nccl_ring", 1 << 24, 0.15),
 ])
 def test_closed_form_bounds_congested_schedules(spec, name, nbytes, rel):
     # Channels that meet on shared links at different times: the closed form is NCCL's kind
@@ -193,6 +194,58 @@ def test_ll128_only_over_nvlink():
     assert "LL128" in {p for _, p, _ in nccl.plan(graph("dgx_a100"), "allreduce", 1 << 20).candidates}
     assert "LL128" not in {p for _, p, _ in nccl.plan(graph("pcie_box:gpus=8,pcie_gen=4"),
                                                       "allreduce", 1 << 20).candidates}
+
+
+def _protocols(spec, nbytes=1 << 20):
+    return {p for _, p, _ in nccl.plan(graph(spec), "allreduce", nbytes).candidates}
+
+
+def test_ll_and_ll128_cross_only_nics_that_keep_writes_in_order():
+    # aws-ofi-nccl runs p4d / p4de with NCCL_PROTO=simple (EFA v1 reorders 128-byte writes);
+    # inside one box the NICs carry nothing and every protocol runs.
+    assert _protocols("cluster:p4dex2") == {"Simple"}
+    assert _protocols("cluster:p4dx2", 8) == {"Simple"}
+    assert _protocols("p4de") == {"LL", "LL128", "Simple"}
+    assert _protocols("cluster:p5x2") == {"LL", "LL128", "Simple"}
+    assert nccl.plan(graph("cluster:p4dex2"), "allreduce", 8).protocol == "Simple"
+    with pytest.raises(ConfigError, match=r"protocol='LL'.* it runs: .* with Simple$"):
+        nccl.plan(graph("cluster:p4dex2"), "allreduce", 8, proto="LL")
+    s, _ = run("cluster:p4dex2", "alltoall", "nccl", 1 << 16)
+    assert s.detail["nccl"]["protocol"] == "Simple"
+
+
+def _with_nic_protocol(spec, protocol):
+    G = topologies.from_spec(spec)
+    for n, d in G.nodes(data=True):
+        if d["kind"] == "nic":
+            d["protocol"] = protocol
+    return G
+
+
+@pytest.mark.parametrize("algo", ["Ring", "Tree", "NVLSTree"])
+def test_efa_network_steps_take_the_plugins_latency(algo):
+    from emulator.collectives.nccl.builders import hop_latency
+
+    efa = NcclSystem.of(graph("cluster:p5x2"), range(16))
+    ib = NcclSystem.of(_with_nic_protocol("cluster:p5x2", "ib"), range(16))
+    assert (efa.net_protocol, ib.net_protocol) == ("efa", "ib")
+    protos = ("Simple",) if algo == "NVLSTree" else nccl.PROTOCOLS
+    for p in protos:
+        want = 23e-6 if p == "Simple" else 20e-6           # nccl_ofi_tuner.h: 20 + 3 us
+        assert hop_latency(efa, True, algo, p) == pytest.approx(want)
+        assert hop_latency(ib, True, algo, p) == C.HOP_LATENCY["net"][algo][p]
+        assert hop_latency(efa, False, algo, p) == hop_latency(ib, False, algo, p)
+
+
+def test_efa_latency_reaches_ring_predictions_per_network_crossing():
+    # The ring's longest chain crosses the network 2 x nodes times (tuning.cc's nInterSteps
+    # of an allreduce); each crossing costs the plugin's 23 us instead of hwLat's 14 us.
+    ib = _with_nic_protocol("cluster:p5x2", "ib")
+    t_efa = nccl.plan(graph("cluster:p5x2"), "allreduce", 1 << 20, algo="Ring",
+                      proto="Simple").predicted_s
+    t_ib = nccl.plan(ib, "allreduce", 1 << 20, algo="Ring", proto="Simple").predicted_s
+    crossings = (t_efa - t_ib) / 9e-6
+    assert crossings == pytest.approx(4, abs=1e-6)
 
 
 def test_overrides_in_nccl_algo_and_proto_syntax():

@@ -20,24 +20,28 @@ def p4d() -> nx.Graph:
     Sources: AWS EC2 P4 instance page (8 A100 Tensor Core GPUs, 600 GB/s NVSwitch GPU
     interconnect, 400 Gbps of Elastic Fabric Adapter networking with GPUDirect RDMA as four
     100 Gbps EFA interfaces). Each EFA interface sits on one of the four PCIe switches, next to
-    two GPUs.
+    two GPUs. The first EFA generation does not keep 128-byte aligned writes in order, so NCCL's
+    EFA plugin runs NCCL with ``NCCL_PROTO=simple`` between p4d nodes (aws-ofi-nccl
+    src/platform-aws.c: p4d and p4de forced to Simple, later versions probing the endpoint's
+    ``FI_OPT_EFA_*_IN_ORDER_ALIGNED_128_BYTES``): the NICs carry ``in_order_128=False``.
 
     Examples
     --------
     >>> sorted(n for n, d in p4d().nodes(data=True) if d["kind"] == "nic")
     ['nic0', 'nic1', 'nic2', 'nic3']
     """
-    return nvswitch_box("p4d", "A100-SXM4", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa")
+    return nvswitch_box("p4d", "A100-SXM4", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa",
+                        in_order_128=False)
 
 
 def p4de() -> nx.Graph:
     """AWS EC2 p4de.24xlarge: as :func:`p4d` with 8 A100 80GB (same links and 4 x 100 Gb/s EFA).
 
     Sources: AWS EC2 P4 instance page (p4de.24xlarge: 8 A100 80GB, 600 GB/s NVSwitch,
-    400 Gbps EFA).
+    400 Gbps EFA; NCCL runs Simple only between p4de nodes, as on p4d).
     """
-    G = nvswitch_box("p4de", "A100-SXM4", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa")
-    return G
+    return nvswitch_box("p4de", "A100-SXM4", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa",
+                        in_order_128=False)
 
 
 def p5() -> nx.Graph:

@@ -46,9 +46,16 @@ COMPUTE_CAPABILITY = {
 }
 
 
-def nic(G: nx.Graph, node: str, bandwidth: float, protocol: str = "ib") -> None:
-    """A NIC with its line rate (bytes/s) and wire protocol ("ib", "roce", "efa", "ethernet")."""
-    add_node(G, node, "nic", bandwidth=float(bandwidth), protocol=protocol)
+def nic(G: nx.Graph, node: str, bandwidth: float, protocol: str = "ib", *,
+        in_order_128: bool = True) -> None:
+    """A NIC with its line rate (bytes/s) and wire protocol ("ib", "roce", "efa", "ethernet").
+
+    ``in_order_128=False`` marks a NIC that may deliver the 128-byte aligned stores of one
+    write out of order (attribute ``in_order_128``, absent means True): NCCL's LL and LL128
+    protocols cannot cross it.
+    """
+    attrs = {} if in_order_128 else {"in_order_128": False}
+    add_node(G, node, "nic", bandwidth=float(bandwidth), protocol=protocol, **attrs)
 
 
 def gpu(G: nx.Graph, node: str, rank: int, model: str) -> None:
@@ -60,7 +67,7 @@ def gpu(G: nx.Graph, node: str, rank: int, model: str) -> None:
 
 
 def nvswitch_box(name: str, model: str, gpu_bw: float, nic_bw: float, pcie_gen: int, *,
-                 nics: int = 8, protocol: str = "ib") -> nx.Graph:
+                 nics: int = 8, protocol: str = "ib", in_order_128: bool = True) -> nx.Graph:
     """8 GPUs on one NVSwitch fabric; 4 PCIe switches, each with 2 GPUs and ``nics/4`` NICs.
 
     The NVSwitch chips are one switch node ``nvswitch`` with a ``gpu_bw`` link per GPU: each GPU
@@ -68,7 +75,8 @@ def nvswitch_box(name: str, model: str, gpu_bw: float, nic_bw: float, pcie_gen: 
     links can carry is carried; one node is exact for bandwidth and keeps routing simple. NIC
     ``n`` sits on PCIe switch ``n * 4 // nics``, next to GPUs ``2s`` and ``2s + 1`` of that
     switch ``s`` (the layout of the DGX A100/H100 system architecture documents). The
-    CPU-to-CPU link is not modelled: GPU and NIC traffic never needs it.
+    CPU-to-CPU link is not modelled: GPU and NIC traffic never needs it. ``protocol`` and
+    ``in_order_128`` are the NICs' (:func:`nic`).
     """
     if nics % 4:
         raise ValueError(f"nvswitch_box: nics={nics} must be a multiple of 4 (one share per "
@@ -85,6 +93,6 @@ def nvswitch_box(name: str, model: str, gpu_bw: float, nic_bw: float, pcie_gen: 
         add_link(G, f"gpu{g}", "nvswitch", gpu_bw, NVSWITCH_LATENCY, "nvswitch")
         add_link(G, f"gpu{g}", f"pcie{g // 2}", PCIE_X16[pcie_gen], PCIE_LATENCY, "pcie")
     for n in range(nics):
-        nic(G, f"nic{n}", nic_bw, protocol)
+        nic(G, f"nic{n}", nic_bw, protocol, in_order_128=in_order_128)
         add_link(G, f"nic{n}", f"pcie{n * 4 // nics}", PCIE_X16[pcie_gen], PCIE_LATENCY, "pcie")
     return G

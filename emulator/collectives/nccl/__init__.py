@@ -140,7 +140,7 @@ def _enabled(system: NcclSystem, op: str, algos, protos) -> list:
                 continue
             if a == "P2P" and p == "LL128":
                 continue
-            if p == "LL128" and not system.ll128_enabled():
+            if not system.protocol_enabled(p):
                 continue
             out.append((a, p))
     return out

@@ -48,7 +48,12 @@ MAX_CHUNKS = 8
 
 
 def hop_latency(system: NcclSystem, net: bool, algo: str, proto: str) -> float:
-    """NCCL's per-step latency (s) of a hop over the network (``net``) or inside a node."""
+    """NCCL's per-step latency (s) of a hop over the network (``net``) or inside a node: a
+    network plugin's own figure where it publishes one (:data:`.constants.PLUGIN_NET_LATENCY`,
+    by the NICs' protocol), else tuning.cc's ``hwLat``."""
+    plugin = C.PLUGIN_NET_LATENCY.get(system.net_protocol) if net else None
+    if plugin is not None:
+        return plugin[0] + (plugin[1] if proto == "Simple" else 0.0)
     hw = "net" if net else system.intra_hw
     lat = C.HOP_LATENCY[hw][algo][proto]
     if algo == "Ring" and not net and system.n_nodes > 1:

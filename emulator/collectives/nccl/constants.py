@@ -14,6 +14,11 @@ every figure with its file and the version it was read at):
   that NVLink SHARP reductions sustain (0.85 Hopper, 0.74 Blackwell).
 - ``src/graph/tuning.cc`` ``getNetOverhead``: 1 us per network step on Intel and most CPUs
   (2 us on AMD; the presets do not say which CPU, NCCL's default applies), x3 for Simple.
+- aws/aws-ofi-nccl (the network plugin NCCL loads on AWS EFA) ``include/nccl_ofi_tuner.h``:
+  the per-step network latency its tuner uses for EFA in place of tuning.cc's InfiniBand
+  figures, and ``src/platform-aws.c``: the plugin sets ``NCCL_PROTO=simple`` when the EFA
+  endpoint cannot deliver 128-byte aligned writes in order (p4d, p4de), which LL and LL128
+  need.
 
 All latencies here are seconds, bandwidths bytes/s, factors plain ratios.
 """
@@ -55,6 +60,12 @@ HOP_LATENCY = {
         "NVLSTree": {"Simple": 14.0 * US},
     },
 }
+
+#: aws-ofi-nccl nccl_ofi_tuner.h, per network plugin (the NICs' ``protocol``): the latency of
+#: one network step for every algorithm and protocol, s (``TUNER_NET_LATENCY`` 20 us), and what
+#: Simple adds for its completions (``TUNER_NET_COMP_OVERHEAD`` 3 us: ~2 us in the device,
+#: ~1 us to write the completion up to the host). Fabrics without an entry take ``hwLat``.
+PLUGIN_NET_LATENCY = {"efa": (20.0 * US, 3.0 * US)}
 
 #: tuning.cc getNetOverhead: per network step on the host CPU (Intel, and NCCL's default), s;
 #: Simple pays it three times.

@@ -67,6 +67,13 @@ class NcclSystem:
         NIC node ids of each node (empty for a node with none).
     near : dict
         NIC node id -> local ranks of its node, nearest first.
+    net_protocol : str or None
+        The NICs' ``protocol`` (``"ib"``, ``"efa"``, ...) when they all share one, which picks
+        the network plugin NCCL loads; None without NICs or with several kinds.
+    ll_over_net : bool
+        Every NIC delivers 128-byte aligned writes in order (NIC attribute ``in_order_128``,
+        default True). LL and LL128 need it across nodes: aws-ofi-nccl sets
+        ``NCCL_PROTO=simple`` on EFA endpoints without it (src/platform-aws.c).
     """
 
     G: nx.Graph
@@ -77,6 +84,8 @@ class NcclSystem:
     nvswitch: bool
     nics: tuple
     near: dict
+    net_protocol: str | None = None
+    ll_over_net: bool = True
     _router: object = field(default=None, repr=False)
     _gpu: list = field(default_factory=list, repr=False)
     _node_of: dict = field(default_factory=dict, repr=False)
@@ -157,8 +166,12 @@ class NcclSystem:
             nics.append(tuple(mine))
             for n in mine:
                 near[n] = tuple(sorted(grp, key=lambda r: (router.latency(n, gpus[r]), r)))
+        cards = [G.nodes[n] for n in near]
+        kinds = {str(d.get("protocol", "ib")) for d in cards}
         return cls(G=G, ranks=ranks, nodes=tuple(tuple(g) for g in groups), sm=sm,
                    intra_hw=intra_hw, nvswitch=nvswitch, nics=tuple(nics), near=near,
+                   net_protocol=kinds.pop() if len(kinds) == 1 else None,
+                   ll_over_net=all(d.get("in_order_128", True) for d in cards),
                    _router=router, _gpu=gpus, _node_of=node_of)
 
     # -- facts ------------------------------------------------------------------------------
@@ -190,6 +203,13 @@ class NcclSystem:
     def ll128_enabled(self) -> bool:
         """tuning.cc: LL128 only over NVLink inside nodes, on Volta or newer GPUs of one kind."""
         return self.intra_hw == "nvlink" and self.sm is not None and self.sm >= 70
+
+    def protocol_enabled(self, proto: str) -> bool:
+        """Whether NCCL runs ``proto`` here: LL128 per :meth:`ll128_enabled`; across nodes LL
+        and LL128 only where the NICs keep 128-byte writes in order (:attr:`ll_over_net`)."""
+        if proto != "Simple" and self.n_nodes > 1 and not self.ll_over_net:
+            return False
+        return proto != "LL128" or self.ll128_enabled()
 
     def nvls_enabled(self) -> bool:
         """NVLS needs NVSwitch and Hopper or newer (search.cc; nvls.cc nvlsEfficiency > 0)."""
