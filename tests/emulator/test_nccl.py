@@ -196,6 +196,25 @@ def test_ll128_only_over_nvlink():
                                                       "allreduce", 1 << 20).candidates}
 
 
+@pytest.mark.parametrize("proto, nbytes, share", [
+    ("Simple", 1 << 20, 0.5), ("Simple", 1 << 24, 0.7), ("LL128", 1 << 22, 0.8),
+    ("LL", 1 << 16, 0.6), ("Simple", 1 << 29, 1.0)])
+def test_trees_run_at_nccls_medium_size_share_of_their_bandwidth(proto, nbytes, share):
+    # tuning.cc treeCorrectionFactor: the tree's hops carry 1 / share the wire bytes per
+    # payload byte of the same tree at 1 GiB, in the engine's schedule and the closed form.
+    assert C.tree_correction(proto, nbytes) == share
+    G = graph("dgx_a100")
+    ratio = [build_schedule("allreduce", "nccl_tree", 8, n, graph=G, protocol=proto)
+             .total_bytes / n for n in (nbytes, 1 << 30)]
+    assert ratio[0] / ratio[1] == pytest.approx(1 / share, rel=2e-3)
+    system = NcclSystem.of(G, range(8))
+    rings = channel_rings(system)
+    slow = nccl.cost.tree_time(system, rings, nbytes, proto)
+    fast = nccl.cost.tree_time(system, rings, nbytes, proto,
+                               nccl.cost.efficiency(system, rings, "Tree", proto))
+    assert (slow > fast) == (share < 1)
+
+
 def _protocols(spec, nbytes=1 << 20):
     return {p for _, p, _ in nccl.plan(graph(spec), "allreduce", nbytes).candidates}
 
@@ -410,13 +429,18 @@ def test_the_analysis_is_kept_with_the_graph_until_it_changes():
     assert NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16)) is not b
 
 
-@pytest.mark.parametrize("spec, nbytes", [("cluster:dgx_a100x2", 1 << 20),
-                                          ("cluster:dgx_a100x8", 1 << 22),
-                                          ("cluster:dgx_a100x8", 1 << 24)])
-def test_choice_is_the_engines_fastest_ring_or_tree(spec, nbytes):
+@pytest.mark.parametrize("spec, nbytes, slack", [
+    ("cluster:dgx_a100x2", 1 << 20, 0.03),
+    ("cluster:dgx_a100x8", 1 << 21, 0.03),
+    # tuning.cc's medium-size tree correction (0.8 for LL128 at 4 MiB) brings the engine's
+    # tree within 7 % of its ring; the tree's closed form, an upper bound 23 % above the
+    # engine on 8 nodes, then picks the ring
+    ("cluster:dgx_a100x8", 1 << 22, 0.08),
+    ("cluster:dgx_a100x8", 1 << 24, 0.03)])
+def test_choice_is_the_engines_fastest_ring_or_tree(spec, nbytes, slack):
     # NCCL picks the fastest predicted (algorithm, protocol); the model's prediction of a tree
-    # on several nodes must not be so pessimistic that a slower ring wins (the first chunk
-    # shares links only with the hops at its level, not with every hop of its phase).
+    # on several nodes must not be so pessimistic that a clearly slower ring wins (the first
+    # chunk shares links only with the hops at its level, not with every hop of its phase).
     G = graph(spec)
     timed = {}
     for name in ("nccl_ring", "nccl_tree"):
@@ -426,4 +450,4 @@ def test_choice_is_the_engines_fastest_ring_or_tree(spec, nbytes):
             if name == "nccl_tree":          # the tree's closed form stays an upper bound
                 assert r.time_s <= s.detail["nccl"]["predicted_s"] * (1 + 1e-9)
     p = nccl.plan(G, "allreduce", nbytes, algo="Ring,Tree")
-    assert timed[(p.algorithm, p.protocol)] <= min(timed.values()) * 1.03
+    assert timed[(p.algorithm, p.protocol)] <= min(timed.values()) * (1 + slack)

@@ -267,7 +267,7 @@ def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1
     (a, p, t), timed, rings = _choose(system, rings, op, nbytes, algo, protocol)
     sched = None
     if len(system.ranks) >= 2:
-        eff = cost.efficiency(system, rings, a, p)
+        eff = cost.efficiency(system, rings, a, p, nbytes)
         if a == "Ring" and op != "broadcast":
             sched = _ring(system, rings, op, name, nbytes, p, eff)
         elif a == "Ring":

@@ -82,6 +82,18 @@ PROTOCOL_EFFICIENCY = {"LL": 0.5, "LL128": 0.92, "Simple": 1.0}
 TREE_EFFICIENCY = 0.92
 TREE_PROTOCOL_EFFICIENCY = {"LL": 1 / 3.8, "LL128": (7 / 9, 120 / 128), "Simple": 1.0}
 
+#: tuning.cc treeCorrectionFactor[proto][log2(nBytes / 64)] (NCCL 2.19+, 64 B .. 256 MiB):
+#: "Trees are not perfectly sticking to the model for medium sizes", so NCCL scales a tree's
+#: bandwidth by this share of what its model gives; 1 from 512 MiB on.
+TREE_CORRECTION = {
+    "LL": (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0,
+           1.0, 1.0, 1.0),
+    "LL128": (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9,
+              .9, .9, 1.0, 1.0),
+    "Simple": (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7,
+               .8, .9, .9),
+}
+
 #: tuning.cc llMaxBws[row][nodes]: most bus bandwidth LL reaches (bytes/s), rows by the GPU
 #: architecture on one node and by the CPU vendor across nodes (Intel, NCCL's default, here);
 #: columns 1 node, 2 nodes, more.
@@ -126,6 +138,20 @@ MAX_THREADS = {"LL": 512, "LL128": 640, "Simple": 512}
 #: src/include/device.h MAXCHANNELS (32 up to NCCL 2.18; newer versions allow 64 only on
 #: systems with more SMs than the presets have).
 MAX_CHANNELS = 32
+
+
+def tree_correction(proto: str, nbytes: int) -> float:
+    """Share of the model's tree bandwidth NCCL's trees reach for a message of ``nbytes``
+    bytes (:data:`TREE_CORRECTION`, indexed as tuning.cc's ``log2i(nBytes >> 6)``).
+
+    Examples
+    --------
+    >>> tree_correction("Simple", 1 << 20), tree_correction("Simple", 1 << 30)
+    (0.5, 1.0)
+    """
+    row = TREE_CORRECTION[proto]
+    i = max(int(nbytes) >> 6, 1).bit_length() - 1
+    return row[i] if i < len(row) else 1.0
 
 
 def arch_of(sm: int | None) -> str:

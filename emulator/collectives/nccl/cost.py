@@ -23,12 +23,15 @@ from .channels import channel_trees
 from .system import NcclSystem
 
 
-def efficiency(system: NcclSystem, rings: list, algo: str, proto: str) -> float:
+def efficiency(system: NcclSystem, rings: list, algo: str, proto: str,
+               nbytes: int | None = None) -> float:
     """Payload share of the bandwidth ``algo`` gets with ``proto`` (tuning.cc's factors).
 
     Ring: LL 0.5, LL128 0.92, Simple 1. Tree: 0.92 times LL 1/3.8, LL128 7/9 (one node) or
     120/128 (several), Simple 1. LL is further capped at NCCL's llMaxBw: its bus bandwidth is
-    at most that figure, so the share is min(share, llMaxBw / Simple's bus bandwidth).
+    at most that figure, so the share is min(share, llMaxBw / Simple's bus bandwidth). A tree
+    moving a message of ``nbytes`` (given) reaches tuning.cc's medium-size correction of that
+    (:func:`.constants.tree_correction`).
 
     Examples
     --------
@@ -38,6 +41,8 @@ def efficiency(system: NcclSystem, rings: list, algo: str, proto: str) -> float:
     >>> round(float(efficiency(s, channel_rings(s), "Ring", "LL")), 3)  # 87.7 of ~238 GB/s
     0.368
     """
+    if algo == "Tree" and nbytes is not None:
+        return efficiency(system, rings, algo, proto) * C.tree_correction(proto, nbytes)
     key = ("eff", algo, proto, len(rings))
     cache = system.__dict__.setdefault("_cache", {})
     if key in cache:
@@ -258,7 +263,7 @@ def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
     same phase), then the other chunks on the slowest edge with the up and down flows of every
     tree sharing links. Exact for one chunk on trees that cross links alike (one node); the
     steady-state term is a bound (the engine overlaps phases partly)."""
-    eff = efficiency(system, rings, "Tree", proto) if eff is None else eff
+    eff = efficiency(system, rings, "Tree", proto, nbytes) if eff is None else eff
     trees = [(arrays, int(half))
              for ring_trees, share in zip(_tree_arrays(system, rings), split(nbytes, len(rings)))
              for arrays, half in zip(ring_trees, split(int(share), 2))]
