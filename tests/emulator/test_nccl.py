@@ -215,6 +215,34 @@ def test_trees_run_at_nccls_medium_size_share_of_their_bandwidth(proto, nbytes, 
     assert (slow > fast) == (share < 1)
 
 
+def test_simple_ring_allreduce_across_nodes_pays_nccls_plateau_latency():
+    from emulator.collectives._schedule import Builder
+    from emulator.collectives.nccl import builders
+
+    scale = nccl.cost.ring_latency_scale
+    two = NcclSystem.of(graph("cluster:dgx_a100x2"), range(16))
+    assert scale(two, "allreduce", "Simple", 1 << 20, 8) == 1.4
+    assert scale(two, "allreduce", "Simple", 64 * 8 * 16 - 1, 8) == 1.0   # < 64 B per ch x rank
+    assert scale(two, "allgather", "Simple", 1 << 20, 8) == 1.0
+    assert scale(two, "allreduce", "LL128", 1 << 20, 8) == 1.0
+    assert scale(NcclSystem.of(graph("dgx_a100"), range(8)), "allreduce", "Simple", 1 << 20, 8) == 1.0
+    volta = NcclSystem.of(graph("cluster:dgx1_v100x2"), range(16))
+    assert scale(volta, "allreduce", "Simple", 1 << 20, 12) == 1.9
+    # The schedule's waits are the unscaled ring's times 1.4; a message below the threshold
+    # (built right after, so the kept ring would be resized if the scale were not in its key)
+    # gets the unscaled waits back.
+    rings = channel_rings(two, 1)
+    for nbytes, factor in ((1 << 20, 1.4), (512, 1.0)):     # one channel: 64 B x 16 ranks
+        s, _ = run("cluster:dgx_a100x2", "allreduce", "nccl_ring", nbytes, "Simple", channels=1)
+        b = Builder()
+        run_rings = rings[:s.detail["nccl"]["channels"]]
+        builders.ring(b, two, run_rings, "allreduce", np.asarray(nccl._blocks(two, "allreduce",
+                      nbytes)), "Simple", nccl.cost.efficiency(two, run_rings, "Ring", "Simple"))
+        plain = b.build(two.ranks, "allreduce", "nccl_ring", nbytes, 1)
+        assert np.allclose(s.compute_s, factor * plain.compute_s, rtol=1e-12, atol=0)
+        assert s.compute_s.max() > 0
+
+
 def _protocols(spec, nbytes=1 << 20):
     return {p for _, p, _ in nccl.plan(graph(spec), "allreduce", nbytes).candidates}
 
@@ -258,12 +286,13 @@ def test_efa_network_steps_take_the_plugins_latency(algo):
 
 def test_efa_latency_reaches_ring_predictions_per_network_crossing():
     # The ring's longest chain crosses the network 2 x nodes times (tuning.cc's nInterSteps
-    # of an allreduce); each crossing costs the plugin's 23 us instead of hwLat's 14 us.
+    # of an allreduce); each crossing costs the plugin's 23 us instead of hwLat's 14 us, times
+    # the plateau factor of a Simple ring allreduce across nodes (1.4 on Hopper).
     ib = _with_nic_protocol("cluster:p5x2", "ib")
     t_efa = nccl.plan(graph("cluster:p5x2"), "allreduce", 1 << 20, algo="Ring",
                       proto="Simple").predicted_s
     t_ib = nccl.plan(ib, "allreduce", 1 << 20, algo="Ring", proto="Simple").predicted_s
-    crossings = (t_efa - t_ib) / 9e-6
+    crossings = (t_efa - t_ib) / (9e-6 * 1.4)
     assert crossings == pytest.approx(4, abs=1e-6)
 
 

@@ -146,11 +146,14 @@ def _enabled(system: NcclSystem, op: str, algos, protos) -> list:
     return out
 
 
-def _time(system, rings, op, algo, proto, nbytes, blocks=None) -> float:
+def _time(system, rings, op, algo, proto, nbytes, blocks=None, channels=None) -> float:
+    """Closed-form seconds; ``channels`` is the communicator's count when ``rings`` are the
+    fewer a small message runs on (NCCL's plateau test counts the communicator's)."""
     if algo == "Ring":
         if op == "broadcast":
             return cost.broadcast_time(system, rings, nbytes, proto)
-        return cost.ring_time(system, rings, op, blocks, proto)
+        scale = cost.ring_latency_scale(system, op, proto, nbytes, channels or len(rings))
+        return cost.ring_time(system, rings, op, blocks, proto, lat_scale=scale)
     if algo == "Tree":
         return cost.tree_time(system, rings, nbytes, proto)
     if algo == "NVLS":
@@ -199,7 +202,7 @@ def _choose(system, rings, op, nbytes, algo, proto, blocks=None):
     # (channels_for_size); the choice's time is that of the channels it runs on.
     run = rings[:channels_for_size(len(system.ranks), a, p, nbytes, len(rings))]
     if len(run) < len(rings):
-        t = _time(system, run, op, a, p, nbytes, blocks)
+        t = _time(system, run, op, a, p, nbytes, blocks, channels=len(rings))
     return (a, p, t), tuple(timed), run
 
 
@@ -264,12 +267,14 @@ def build(op: str, name: str, ranks, nbytes: int, *, graph=None, chunks: int = 1
     if algo is not None and algo not in OP_ALGOS.get(op, ()):
         raise ConfigError(f"algorithm={name!r} does not run {op} (NCCL runs {op} with "
                           f"{', '.join(OP_ALGOS.get(op, ()))})")
+    channels = len(rings)
     (a, p, t), timed, rings = _choose(system, rings, op, nbytes, algo, protocol)
     sched = None
     if len(system.ranks) >= 2:
         eff = cost.efficiency(system, rings, a, p, nbytes)
         if a == "Ring" and op != "broadcast":
-            sched = _ring(system, rings, op, name, nbytes, p, eff)
+            scale = cost.ring_latency_scale(system, op, p, nbytes, channels)
+            sched = _ring(system, rings, op, name, nbytes, p, eff, scale)
         elif a == "Ring":
             builders.broadcast(b, system, rings, nbytes, p, eff)
         elif a == "Tree":
@@ -291,21 +296,21 @@ _KEPT: dict = {}
 
 
 def _ring(system: NcclSystem, rings: list, op: str, name: str, nbytes: int, proto: str,
-          eff: float):
+          eff: float, lat_scale: float = 1.0):
     """The ring schedule of ``op``: the last one built, :meth:`~emulator.Schedule.resized`,
-    when it had the same system, channels, protocol and efficiency (a ring's transfers,
-    dependencies and routes do not depend on the bytes; a study asks for a collective at
-    dozens of sizes and at 1024 GPUs building one costs seconds), else built. One is kept (at
-    1024 GPUs and 8 channels it holds 8 million transfers)."""
+    when it had the same system, channels, protocol, efficiency and latency scale (a ring's
+    transfers, dependencies and routes do not depend on the bytes; a study asks for a
+    collective at dozens of sizes and at 1024 GPUs building one costs seconds), else built.
+    One is kept (at 1024 GPUs and 8 channels it holds 8 million transfers)."""
     blocks = _blocks(system, op, nbytes)
-    key = (op, name, proto, eff, len(rings))
+    key = (op, name, proto, eff, lat_scale, len(rings))
     objs = (system, *rings)
     kept = _KEPT.get("ring")
     if kept is not None and kept[0] == key and all(a is b for a, b in zip(kept[1], objs)):
         return kept[2].resized(builders.ring_sizes(system, rings, op, blocks, proto, eff), nbytes)
     _KEPT.clear()
     b = Builder()
-    builders.ring(b, system, rings, op, blocks, proto, eff)
+    builders.ring(b, system, rings, op, blocks, proto, eff, lat_scale=lat_scale)
     sched = b.build(system.ranks, op, name, nbytes, 1)
     _KEPT["ring"] = (key, objs, sched)
     return sched

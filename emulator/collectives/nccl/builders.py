@@ -102,9 +102,11 @@ RING_OPS = {
 
 
 def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: str, eff: float,
-         first_deps=None) -> list:
+         first_deps=None, lat_scale: float = 1.0) -> list:
     """Ring ``op`` over ``rings`` (channels); ``blocks[j]`` payload bytes of rank j's block
     (a per-rank segment of the vector). Returns each channel's transfer ids (steps, p, 1).
+    ``lat_scale`` multiplies the launch latency and every per-step wait
+    (:func:`.cost.ring_latency_scale`).
 
     ``first_deps[rank]`` (optional) is a transfer id a rank's first send waits for.
     """
@@ -121,7 +123,8 @@ def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: st
             fd = [np.asarray([first_deps[r] for r in order], dtype=np.int64)]
         ids = ring_pass(b, order, seg[:, None], steps_of(p), offset, phases(p), first_deps=fd,
                         route=[f[0] for f in facts], scale=[f[1] for f in facts],
-                        hop_compute=[f[2] for f in facts], start_compute=base, ordered=False)
+                        hop_compute=[lat_scale * f[2] for f in facts],
+                        start_compute=lat_scale * base, ordered=False)
         out.append(ids)
     return out
 

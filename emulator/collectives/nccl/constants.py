@@ -94,6 +94,11 @@ TREE_CORRECTION = {
                .8, .9, .9),
 }
 
+#: tuning.cc ncclTopoGetAlgoTime, "Plateau effect of ring": a Simple ring allreduce across
+#: nodes (at least 64 bytes per channel and rank) takes its latency times 1.9 on GPUs older
+#: than compute capability 8.0 and 1.4 on newer ones.
+RING_PLATEAU = {"volta": 1.9, "ampere": 1.4, "hopper": 1.4, "blackwell": 1.4}
+
 #: tuning.cc llMaxBws[row][nodes]: most bus bandwidth LL reaches (bytes/s), rows by the GPU
 #: architecture on one node and by the CPU vendor across nodes (Intel, NCCL's default, here);
 #: columns 1 node, 2 nodes, more.

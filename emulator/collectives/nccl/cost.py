@@ -102,8 +102,28 @@ def _make_ring_hops(system: NcclSystem, rings: list) -> list:
     return out
 
 
+def ring_latency_scale(system: NcclSystem, op: str, proto: str, nbytes: int,
+                       channels: int) -> float:
+    """Factor on a ring's latencies (launch and per step): tuning.cc's "plateau effect of
+    ring" (:data:`.constants.RING_PLATEAU`) for a Simple allreduce of ``nbytes`` across nodes
+    on a communicator of ``channels`` channels, else 1.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16))
+    >>> ring_latency_scale(s, "allreduce", "Simple", 1 << 20, 8)
+    1.4
+    """
+    if op != "allreduce" or proto != "Simple" or system.n_nodes < 2:
+        return 1.0
+    if nbytes / (channels * len(system.ranks)) < 64:
+        return 1.0
+    return C.RING_PLATEAU[system.arch]
+
+
 def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
-              eff: float | None = None) -> float:
+              eff: float | None = None, lat_scale: float = 1.0) -> float:
     """Seconds of :func:`.builders.ring`: the launch latency ``baseLat`` plus, per channel, the
     longer of
 
@@ -112,13 +132,14 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
     - the slowest hop's ``S`` segments back to back after one hop's latency (a slower hop
       throttles the ring to its rate).
 
-    Exact when every hop is alike (the chain is then the longer); a bound otherwise."""
+    Exact when every hop is alike (the chain is then the longer); a bound otherwise.
+    ``lat_scale`` multiplies ``baseLat`` and every per-step wait (:func:`ring_latency_scale`)."""
     steps_of = RING_OPS[op][0]
     blocks = np.asarray(blocks, dtype=np.int64)
     seg_of = split_each(blocks, len(rings)).max(axis=1)
     eff = efficiency(system, rings, "Ring", proto) if eff is None else eff
-    wait = {net: hop_latency(system, net, "Ring", proto) for net in (False, True)}
-    base = C.BASE_LATENCY["Ring"][proto]
+    wait = {net: lat_scale * hop_latency(system, net, "Ring", proto) for net in (False, True)}
+    base = lat_scale * C.BASE_LATENCY["Ring"][proto]
     best = 0.0
     for c, (path_lat, inflation, net, rates) in enumerate(_ring_hops(system, rings)):
         p = len(rings[c].order)
