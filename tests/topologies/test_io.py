@@ -19,7 +19,7 @@ def assert_identical(G, H):
             assert type(H.edges[a, b][k]) is type(v), (a, b, k)
 
 
-GRAPHS = ["dgx1_v100", "p2_16xlarge", "cluster:dgx_a100x2,fabric=rail", "torus:3x3",
+GRAPHS = ["dgx1_v100", "p2_16xlarge", "cluster:dgx_a100x2,fabric=rail", "p4d", "torus:3x3",
           "dragonfly:groups=3,routers=2,hosts=1,h=1", "leaf_spine:2,2,2,oversub=1.5"]
 
 
