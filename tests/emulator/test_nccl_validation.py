@@ -45,7 +45,7 @@ STATUS = {
     "b200_2node_reduce_scatter.log": (0.38, 0.62),
     # Cloud fabrics: EFA / GPUDirect-TCPXO ramp far slower than InfiniBand's, which
     # tuning.cc's network latencies describe (EFA steps take aws-ofi-nccl's 20 + 3 us; p4de
-    # runs Simple only); large sizes within 16 %. p4de: 1-16 MiB 44-54 % fast.
+    # runs Simple only); large sizes within 16 %. p4de: 1-16 MiB 28-49 % fast.
     "a100_p4de_2node_allreduce.log": (0.18, 0.57),
     "h100_p5_2node_allreduce.log": (0.35, 0.62),
     "h100_a3mega_2node_allreduce.log": (0.62, 0.87),
