@@ -291,6 +291,12 @@ def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size:
     return os.path.join(cache_dir, "traces", f"{safe}-{bits}b-d{bucket_size}.json")
 
 
+#: the largest model the what-if page measures on this CPU: fp32 weights, gradients and SGD
+#: momentum take 12 bytes a parameter (4.8 GB here) before any activation; larger models (GPT-2
+#: large, Llama) are measured on a GPU (``qsgd-emu measure``) and their trace uploaded.
+CPU_MEASURE_MAX_PARAMETERS = 400_000_000
+
+
 def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
     """The PayloadTrace of a study: the uploaded one, else ``qsgd.measure`` of the model here.
 
@@ -310,11 +316,21 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
     if cache and os.path.exists(cache):
         return qsgd.PayloadTrace.load(cache)
     progress(0, 1, f"measuring {params['model']} gradients with {bits}-bit QSGD on this CPU")
+    import torch
+
     try:
         cfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=int(params["bucket_size"]))
-        model = qsgd.build_model(params["model"])
+        with torch.device("meta"):  # shapes only: refuse a model too big before allocating it
+            size = sum(p.numel() for p in qsgd.build_model(params["model"]).parameters())
     except ValueError as exc:
         raise DashboardError(f"whatif-model: {params['model']!r}: {exc}") from None
+    except (RuntimeError, NotImplementedError):
+        size = 0  # a user's model that cannot be built on meta: its size is not known beforehand
+    if size > CPU_MEASURE_MAX_PARAMETERS:
+        raise DashboardError(f"whatif-model: {params['model']!r} has {size:,} parameters, more than the "
+                             f"{CPU_MEASURE_MAX_PARAMETERS:,} this page measures on a CPU; measure it on "
+                             f"a GPU with 'qsgd-emu measure' and upload the trace")
+    model = qsgd.build_model(params["model"])
     trace = qsgd.measure(model, cfg, iterations=2, batch_size=2, device="cpu", seed=0)
     if cache:
         trace.save(cache)  # atomic: two tabs measuring at once never read half a file

@@ -1,4 +1,6 @@
-"""The networks of the QSGD paper's experiments, in plain ``torch.nn`` (no downloads).
+"""The networks of the QSGD paper's experiments and today's transformers, in plain ``torch.nn``.
+
+No downloads and no weights: every model is built from its published shape (see docs/models.md).
 
 :data:`MODELS` maps a name to a constructor; :func:`build_model` takes such a name or the import
 path of any user module (``"pkg.mod:Class"``, ``"pkg.mod:factory"``). Each built-in model carries
@@ -15,13 +17,17 @@ from torch import nn
 
 from qsgd.errors import ModelError
 from qsgd.models.alexnet import AlexNet
-from qsgd.models.base import SyntheticWorkload, count_parameters
+from qsgd.models.base import SyntheticWorkload, TokenWorkload, count_parameters
+from qsgd.models.bert import Bert
 from qsgd.models.bn_inception import BNInception
 from qsgd.models.flops import forward_flops
+from qsgd.models.gpt2 import GPT2
+from qsgd.models.llama import PRESETS as LLAMA_PRESETS, Llama
 from qsgd.models.lstm import AN4LSTM
 from qsgd.models.mlp import MLP
 from qsgd.models.resnet import CifarResNet, ResNet
 from qsgd.models.vgg import VGG
+from qsgd.models.vit import ViT
 
 #: name -> constructor (keyword arguments are passed through by :func:`build_model`).
 MODELS: dict[str, Callable[..., nn.Module]] = {
@@ -34,10 +40,21 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "bn_inception": BNInception,
     "lstm_an4": AN4LSTM,
     "mlp": MLP,
+    "gpt2": functools.partial(GPT2, "gpt2"),
+    "gpt2-medium": functools.partial(GPT2, "gpt2-medium"),
+    "gpt2-large": functools.partial(GPT2, "gpt2-large"),
+    "gpt2-xl": functools.partial(GPT2, "gpt2-xl"),
+    "bert-base": functools.partial(Bert, "bert-base"),
+    "bert-large": functools.partial(Bert, "bert-large"),
+    "vit-b16": functools.partial(ViT, "vit-b16"),
+    # the presets before "llama", so that model_name() names a preset's shape by its preset
+    **{name: functools.partial(Llama, name) for name in LLAMA_PRESETS},
+    "llama": Llama,
 }
 
-__all__ = ["MODELS", "build_model", "model_name", "SyntheticWorkload", "count_parameters",
-           "forward_flops", "AlexNet", "VGG", "ResNet", "CifarResNet", "BNInception", "AN4LSTM", "MLP"]
+__all__ = ["MODELS", "build_model", "model_name", "SyntheticWorkload", "TokenWorkload", "count_parameters",
+           "forward_flops", "AlexNet", "VGG", "ResNet", "CifarResNet", "BNInception", "AN4LSTM", "MLP",
+           "GPT2", "Bert", "ViT", "Llama"]
 
 
 def build_model(name_or_path: str, **kwargs) -> nn.Module:

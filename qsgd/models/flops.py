@@ -21,7 +21,9 @@ def forward_flops(model: torch.nn.Module, input_shape: tuple[int, ...], *, batch
     model : torch.nn.Module
         Any module; it is not modified and its weights are not read.
     input_shape : tuple of int
-        Shape of one sample (without the batch dimension).
+        Shape of one sample (without the batch dimension), for a float input; a model with an
+        ``example_input`` (:class:`~qsgd.models.SyntheticWorkload`, e.g. token ids of a language
+        model) gets its own batch instead, drawn from a private generator.
     batch_size : int
         Samples in the batch.
 
@@ -32,7 +34,12 @@ def forward_flops(model: torch.nn.Module, input_shape: tuple[int, ...], *, batch
     """
     tensors = {name: torch.empty_like(t, device="meta")
                for name, t in (*model.named_parameters(), *model.named_buffers())}
-    x = torch.empty((batch_size, *input_shape), device="meta")
+    if hasattr(model, "example_input"):
+        # its own dtype and value range (token ids must be ints below the vocabulary size); a
+        # private generator leaves the global RNG as it was
+        x = model.example_input(batch_size, generator=torch.Generator().manual_seed(0), device="meta")
+    else:
+        x = torch.empty((batch_size, *input_shape), device="meta")
     was_training = model.training
     model.eval()  # no running-statistics updates of BN buffers: the pass must leave no trace
     try:

@@ -33,6 +33,14 @@ def test_whatif_form_to_params():
     assert p["transports"] == []
 
 
+def test_whatif_refuses_to_measure_a_model_too_big_for_this_cpu():
+    # Llama 2 70B is counted on the meta device (no memory), then refused before it is built.
+    params = {"model": "llama2-70b", "bits": [32, 4], "bucket_size": 512}
+    with pytest.raises(DashboardError, match="whatif-model: 'llama2-70b' has 68,976,648,192 parameters, "
+                                             "more than the 400,000,000 this page measures on a CPU"):
+        jobs.workload(params)
+
+
 @pytest.mark.parametrize("change, message", [
     ({"topology": None, "spec": ""}, "whatif-topology: nothing selected"),
     ({"model": None}, "whatif-model: nothing selected"),

@@ -87,6 +87,21 @@ def test_rebuilt_buckets_match_ddp_with_small_caps(gloo):
     assert _ours(ours) == per_it[1]
 
 
+def test_rebuilt_buckets_match_ddp_with_a_tied_parameter(gloo):
+    # GPT-2's output projection is its token embedding: DDP reduces the shared tensor once,
+    # in the bucket where its (accumulated, last-ready) gradient falls.
+    torch.manual_seed(0)
+    model = qsgd.build_model("gpt2", seq_len=8, n_layer=2, n_embd=32, n_head=4, vocab_size=300)
+    cap = 16_000
+    per_it, ready = _ddp_buckets_per_iteration(model, bucket_cap_mb=cap / 2**20)
+    ours = qsgd.ddp_buckets(model, bucket_cap_bytes=cap, first_bucket_bytes=cap, ready_order=ready)
+    assert len(ours) >= 3
+    assert _ours(ours) == per_it[1]
+    names = [n for b in ours for n in b.names]
+    assert names.count("tok_embed.weight") == 1 and "head.weight" not in names
+    assert "tok_embed.weight" in ready[-2:]  # ready once its first use (the lookup) is reached
+
+
 def test_construction_time_buckets_match_ddp_with_find_unused_parameters(gloo):
     torch.manual_seed(0)
     model = MLP(64, (128, 128, 128, 128), 10)
