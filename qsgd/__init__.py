@@ -18,8 +18,9 @@ from .config import QSGDConfig
 from .errors import ConfigError, HookError, ModelError, PayloadError, QSGDError, TraceError
 from .hook import QSGDState, qsgd_hook
 from .host import measure_host
-from .measurement import measure
+from .measurement import add_operators, measure
 from .models import MODELS, build_model
+from .operators import Operators, record_operators
 from .quantizer import Quantized, dequantize, quantize
 from .trace import PayloadTrace
 from .tracevariance import BucketVariance
@@ -30,6 +31,7 @@ __all__ = [
     "QSGDConfig", "Quantized", "quantize", "dequantize", "encode", "decode", "payload_nbytes",
     "QSGDError", "ConfigError", "PayloadError", "TraceError", "HookError", "ModelError",
     "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
+    "add_operators", "record_operators", "Operators",
     "measure_host", "PayloadTrace", "BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan",
     "BucketVariance", "lemma31_bound", "variance_ratios",
 ]

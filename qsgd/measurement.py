@@ -19,6 +19,12 @@ times at every candidate width (:func:`qsgd.variance_ratios`, streams ``(seed + 
 iteration, sample)``, apart from the codec pass's) and the measured ratio
 ``E||Q(v)-v||^2 / ||v||^2``, its Lemma 3.1 bound and the squared norms go into
 ``buckets[i].variance`` (means over the recorded iterations), per bucket and per parameter.
+
+Every trace also carries the model's training step as operators (:func:`qsgd.record_operators`,
+recorded on the meta device), which the emulator times on any GPU at any batch and precision.
+``device="meta"`` records only that and the bucket layout: no step runs, no weight exists
+(a 70-billion-parameter model fits), the payload sizes are the packed codec's exact ones
+and every second is 0 (the trace is not ``timed``).
 """
 from __future__ import annotations
 
@@ -37,6 +43,7 @@ from qsgd.config import QSGDConfig
 from qsgd.host import measure_host
 from qsgd.errors import ConfigError
 from qsgd.models import build_model, forward_flops, model_name
+from qsgd.operators import record_operators
 from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
 from qsgd.tracevariance import BucketVariance, ParamVariance
 from qsgd.variance import DEFAULT_BITS, variance_ratios
@@ -124,7 +131,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
             first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES, bucket_order: str = "ready",
             warmup: int = 1, input_shape: tuple[int, ...] | None = None, lr: float = 0.01,
             variance_bits: tuple[int, ...] = DEFAULT_BITS, variance_samples: int = 2,
-            progress: Callable[[str], None] | None = None) -> PayloadTrace:
+            progress: Callable[[str], None] | None = None, operators: bool = True) -> PayloadTrace:
     """Run real training steps of ``model`` and record QSGD payloads and timings per DDP bucket.
 
     Parameters
@@ -138,8 +145,9 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         Recorded iterations (several: elias payload sizes vary).
     batch_size : int
         Synthetic samples per iteration.
-    device : {"auto", "cpu", "cuda", "cuda:N"}
-        Where to run; ``"auto"`` takes CUDA when available.
+    device : {"auto", "cpu", "cuda", "cuda:N", "meta"}
+        Where to run; ``"auto"`` takes CUDA when available. ``"meta"``: run nothing, record
+        the layout and the operators only (module docstring; needs the packed codec).
     min_numel : int
         Parameters with fewer elements are sent as fp32 (the paper's 10,000).
     seed : int
@@ -165,6 +173,8 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         Quantizations averaged per width and iteration.
     progress : callable, optional
         Called with a one-line message after each iteration.
+    operators : bool
+        Record the training step's operators into the trace (:func:`qsgd.record_operators`).
 
     Returns
     -------
@@ -199,13 +209,21 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         raise ConfigError(f"variance_bits: widths must be distinct, got {list(variance_bits)}")
     if bucket_order not in BUCKET_ORDERS:
         raise ConfigError(f"bucket_order must be one of {sorted(BUCKET_ORDERS)}, got {bucket_order!r}")
-    dev = resolve_device(device)
+    meta = device == "meta"
+    dev = torch.device("meta") if meta else resolve_device(device)
+    if meta and cfg.codec != "packed":
+        raise ConfigError(f"device='meta' needs the packed codec (its payload sizes are exact), "
+                          f"got codec={cfg.codec!r}")
 
     if isinstance(model, str):
         name = model
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
-            model = build_model(model)
+            if meta:
+                with torch.device("meta"):
+                    model = build_model(model)
+            else:
+                model = build_model(model)
     elif isinstance(model, nn.Module):
         name = model_name(model)
     else:
@@ -216,6 +234,9 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         raise ConfigError(f"input_shape must be a tuple of ints >= 1 for model {name!r} "
                           f"(it has no input_shape of its own), got {input_shape!r}")
     input_shape = tuple(input_shape)
+    if meta:
+        return _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_bytes,
+                             first_bucket_bytes, bucket_order)
     model = model.to(dev).train()
     params = ddp_parameters(model)
     if not params:
@@ -271,7 +292,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     if flops > 0:
         extra["forward_flops"] = flops
     if dev.type == "cpu":
-        # what the study scales this CPU's seconds by, measured once with the trace
+        # the measuring CPU's achieved rates, kept as a record of where it was measured
         extra["host"] = measure_host()
     return PayloadTrace(
         model=name, parameters=sum(p.numel() for _, p in params), device=str(dev),
@@ -283,7 +304,70 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
                                                             variance_samples, iterations))
                       for b in buckets),
         iterations=tuple(records), bucket_assignment=bucket_order, extra=extra,
+        operators=record_operators(model, input_shape=input_shape) if operators else None,
     )
+
+
+def add_operators(trace: PayloadTrace) -> PayloadTrace:
+    """``trace`` with its model's operator records (:func:`qsgd.record_operators`), for a
+    trace written before traces carried them; the model is built from ``trace.model`` on the
+    meta device (no weights). A trace that has them is returned as it is.
+
+    Raises
+    ------
+    TraceError
+        The model cannot be built here (an import path that does not resolve).
+
+    Examples
+    --------
+    >>> import dataclasses, qsgd
+    >>> old = dataclasses.replace(qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4),
+    ...                                        device="meta"), operators=None)
+    >>> qsgd.add_operators(old).operators.family("fp32").optimizer
+    'sgd'
+    """
+    import dataclasses
+
+    from qsgd.errors import ModelError, TraceError
+
+    if trace.operators is not None:
+        return trace
+    try:
+        with torch.device("meta"):
+            model = build_model(trace.model)
+    except ModelError as exc:
+        raise TraceError(f"trace of {trace.model!r} has no operator records and its model cannot "
+                         f"be built here to record them: {exc}") from None
+    return dataclasses.replace(trace, operators=record_operators(model, input_shape=trace.input_shape))
+
+
+def _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_bytes,
+                  first_bucket_bytes, bucket_order) -> PayloadTrace:
+    """A trace of ``model``'s layout and operators with no step run (``device="meta"``)."""
+    params = ddp_parameters(model)
+    if not params:
+        raise ConfigError(f"model {name!r} has no trainable parameters")
+    ops = record_operators(model, input_shape=input_shape)
+    if bucket_order == "ready":
+        # DDP's rebuilt buckets follow the order the gradients became ready in backward
+        ready = ops.family("fp32").ready
+        order = sorted(ready, key=lambda n: ready[n])
+        buckets = ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, ready_order=order)
+    else:
+        buckets = ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, **BUCKET_ORDERS[bucket_order])
+    timings = []
+    for b in buckets:
+        comp, raw = b.split(min_numel)
+        timings.append(BucketTiming(b.index, 0.0, qsgd.payload_nbytes(comp, cfg) if comp else 0,
+                                    FP32_BYTES * raw, 0.0, 0.0))
+    return PayloadTrace(
+        model=name, parameters=sum(p.numel() for _, p in params), device="meta",
+        device_name="meta device (shapes only, nothing run)", torch_version=torch.__version__,
+        batch_size=1, input_shape=input_shape, config=cfg, min_numel=min_numel,
+        bucket_cap_bytes=bucket_cap_bytes, first_bucket_bytes=first_bucket_bytes, seed=seed,
+        buckets=tuple(TraceBucket(b.index, b.numel, b.names, *b.split(min_numel)) for b in buckets),
+        iterations=(TraceIteration(0, 0.0, 0.0, 0.0, tuple(timings)),),
+        bucket_assignment=bucket_order, operators=ops)
 
 
 def _train_step(model, optimizer, batch_size, input_shape, generator, dev, clock, marks, order):

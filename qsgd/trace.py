@@ -1,8 +1,10 @@
 """PayloadTrace: what QSGD really sent, per DDP bucket and iteration, for a real model.
 
 Written by :func:`qsgd.measure` (``qsgd-emu measure``), read by the emulator's replay. The file is
-JSON, ``"format": "qsgd-payload-trace"``, version 2 (version 1, without the per-bucket
-``variance`` records of :mod:`qsgd.tracevariance`, is still read), documented in ``docs/formats.md``. Loading
+JSON, ``"format": "qsgd-payload-trace"``, version 3, documented in ``docs/formats.md``: version 3
+adds the optional ``operators`` (every kernel of the training step, :mod:`qsgd.operators`, which
+the emulator's compute model times on a GPU); version 2 added the per-bucket ``variance``
+records of :mod:`qsgd.tracevariance`; versions 1 and 2 are still read. Loading
 validates every field and raises :class:`qsgd.TraceError` naming its JSON path
 (``iterations[3].buckets[0].payload_bytes``) and the bad value; unknown extra fields are kept in
 ``extra`` and written back unchanged.
@@ -20,13 +22,15 @@ from typing import Mapping
 
 from qsgd.config import QSGDConfig
 from qsgd.errors import ConfigError, TraceError
+from qsgd.operators.records import Operators
 from qsgd.tracevariance import BucketVariance
 from ._checks import is_int, is_number
 
 FORMAT = "qsgd-payload-trace"
-VERSION = 2
-#: versions :meth:`PayloadTrace.load` reads (1: no ``buckets[i].variance``)
-READ_VERSIONS = (1, 2)
+VERSION = 3
+#: versions :meth:`PayloadTrace.load` reads (1: no ``buckets[i].variance``; 1 and 2: no
+#: ``operators``)
+READ_VERSIONS = (1, 2, 3)
 #: bytes per uncompressed gradient element (fp32).
 FP32_BYTES = 4
 #: which DDP bucket assignment a trace follows (see :mod:`qsgd.buckets`): ``"ready"``, DDP's
@@ -259,6 +263,9 @@ class PayloadTrace:
     bucket_assignment : {"ready", "reverse", "find_unused"}
         Which DDP assignment ``buckets`` follows (:data:`ASSIGNMENTS`; an optional field of the
         file, ``"reverse"`` when absent).
+    operators : qsgd.operators.Operators or None
+        Every kernel of the model's training step per precision family (version 3; None when
+        not recorded), which the emulator times on a GPU.
     extra : dict
         Unknown top-level fields, kept for writing back.
     """
@@ -278,11 +285,13 @@ class PayloadTrace:
     buckets: tuple[TraceBucket, ...]
     iterations: tuple[TraceIteration, ...]
     bucket_assignment: str = "reverse"
+    operators: Operators | None = field(default=None, compare=False, repr=False)
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     _KEYS = ("format", "version", "model", "parameters", "device", "device_name", "torch_version",
              "batch_size", "input_shape", "config", "min_numel", "bucket_cap_bytes",
-             "first_bucket_bytes", "seed", "buckets", "iterations", "bucket_assignment")
+             "first_bucket_bytes", "seed", "buckets", "iterations", "bucket_assignment",
+             "operators")
 
     def __post_init__(self) -> None:
         # Run the file's checks on directly built traces too: one definition of "valid".
@@ -292,7 +301,11 @@ class PayloadTrace:
                 raise TraceError(f"{name} must be a tuple of {kind.__name__}, got {items!r}")
         if not isinstance(self.config, QSGDConfig):
             raise TraceError(f"config must be a QSGDConfig, got {self.config!r}")
-        _parse(self.to_dict())
+        if self.operators is not None and not isinstance(self.operators, Operators):
+            raise TraceError(f"operators must be a qsgd.operators.Operators, got {self.operators!r}")
+        _parse(self.to_dict(operators=False))
+        if self.operators is not None:
+            _check_operators(self.operators, self.buckets)
 
     # ------------------------------------------------------------ queries used by replay
     @property
@@ -356,9 +369,16 @@ class PayloadTrace:
         return sum(getattr(it.buckets[k], attr) for it in self.iterations) / len(self.iterations)
 
     # ------------------------------------------------------------ (de)serialization
-    def to_dict(self) -> dict:
+    @property
+    def timed(self) -> bool:
+        """Whether the trace holds measured seconds (False for a layout recorded on the meta
+        device: its seconds are all 0, and only a compute model can time it)."""
+        return self.device != "meta"
+
+    def to_dict(self, *, operators: bool = True) -> dict:
         """The JSON object of ``docs/formats.md`` (unknown fields read from a file included)."""
-        return {**self.extra, "format": FORMAT, "version": VERSION, "model": self.model,
+        ops = {"operators": self.operators.to_dict()} if operators and self.operators is not None else {}
+        return {**self.extra, **ops, "format": FORMAT, "version": VERSION, "model": self.model,
                 "parameters": self.parameters, "device": self.device, "device_name": self.device_name,
                 "torch_version": self.torch_version, "batch_size": self.batch_size,
                 "input_shape": list(self.input_shape), "config": self.config.to_dict(),
@@ -371,7 +391,12 @@ class PayloadTrace:
     @classmethod
     def from_dict(cls, d) -> "PayloadTrace":
         """Validate ``d`` (a parsed JSON object) and build the trace; raises :class:`TraceError`."""
-        return cls(**_parse(d))
+        kwargs = _parse(d)
+        if d.get("operators") is not None:
+            if d.get("version") != 3:
+                raise TraceError(f"operators needs version 3, got version {d.get('version')!r}")
+            kwargs["operators"] = Operators.from_dict(d["operators"])
+        return cls(**kwargs)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the trace as JSON to ``path`` (atomically: a temporary file, then rename),
@@ -482,6 +507,16 @@ def _parse(d) -> dict:
         buckets=buckets, iterations=iterations, bucket_assignment=assignment,
         extra=_extra(d, PayloadTrace._KEYS),
     )
+
+
+def _check_operators(ops: Operators, buckets) -> None:
+    """Every parameter whose gradient an operator set marks ready is one of the buckets'."""
+    names = {n for b in buckets for n in b.params}
+    for family, opset in ops.families.items():
+        unknown = sorted(set(opset.ready) - names)
+        if unknown:
+            raise TraceError(f"operators.families.{family}.ready names {unknown[:3]!r}, which no "
+                             f"bucket holds")
 
 
 def _check_payload_size(nbytes: int, numel: int, cfg: QSGDConfig, path: str, k: int) -> None:

@@ -25,6 +25,7 @@ from qsgd.models.gpt2 import GPT2
 from qsgd.models.llama import PRESETS as LLAMA_PRESETS, Llama
 from qsgd.models.lstm import AN4LSTM
 from qsgd.models.mlp import MLP
+from qsgd.models.recipes import TRAINING_BATCH, TRAINING_OPTIMIZER
 from qsgd.models.resnet import CifarResNet, ResNet
 from qsgd.models.vgg import VGG
 from qsgd.models.vit import ViT
@@ -54,7 +55,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
 
 __all__ = ["MODELS", "build_model", "model_name", "SyntheticWorkload", "TokenWorkload", "count_parameters",
            "forward_flops", "AlexNet", "VGG", "ResNet", "CifarResNet", "BNInception", "AN4LSTM", "MLP",
-           "GPT2", "Bert", "ViT", "Llama"]
+           "GPT2", "Bert", "ViT", "Llama", "TRAINING_BATCH", "TRAINING_OPTIMIZER"]
 
 
 def build_model(name_or_path: str, **kwargs) -> nn.Module:
@@ -79,7 +80,11 @@ def build_model(name_or_path: str, **kwargs) -> nn.Module:
     if not isinstance(name_or_path, str) or not name_or_path:
         raise ModelError(f"model must be a name in {sorted(MODELS)} or 'pkg.mod:Class', got {name_or_path!r}")
     if name_or_path in MODELS:
-        return MODELS[name_or_path](**kwargs)
+        model = MODELS[name_or_path](**kwargs)
+        # how it is usually trained (qsgd.models.recipes): the defaults of a prediction
+        model.training_batch_size = TRAINING_BATCH.get(name_or_path)
+        model.training_optimizer = TRAINING_OPTIMIZER.get(name_or_path, "sgd")
+        return model
     if ":" not in name_or_path:
         raise ModelError(f"model {name_or_path!r} is not one of {sorted(MODELS)} "
                          f"nor an import path 'pkg.mod:Class'")

@@ -108,8 +108,8 @@ _DELETE = object()
 # (path, bad value, text the error must contain: the JSON path and the value)
 REJECTIONS = [
     (("format",), "other", "format must be 'qsgd-payload-trace', got 'other'"),
-    (("version",), 3, "version must be one of [1, 2], got 3"),
-    (("version",), True, "version must be one of [1, 2], got True"),
+    (("version",), 4, "version must be one of [1, 2, 3], got 4"),
+    (("version",), True, "version must be one of [1, 2, 3], got True"),
     (("model",), _DELETE, "model is missing"),
     (("model",), "", "model must be a non-empty string"),
     (("device_name",), 3, "device_name must be a string, got 3"),

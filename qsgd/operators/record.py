@@ -1,0 +1,301 @@
+"""Record a model's training step as operators, on the meta device: shapes, no arithmetic.
+
+:func:`record_operators` runs one forward (with the loss), backward and optimizer step of a
+copy of the model on the meta device under two modes: a :class:`~qsgd.operators.functions.Functions`
+torch-function mode (autocast, fused attention) above autograd, and a dispatch mode below it
+that sees every kernel-launching ATen operator and records its class, dtype, FLOPs (torch's
+``flop_counter`` formulas), bytes and matrix products. A parameter's post-accumulate-grad hook
+marks how many operators were issued when its gradient was ready, which places each DDP
+bucket in backward. The step runs at two batch sizes; the counts of every operator are fitted
+as ``c + s * batch`` (:mod:`qsgd.operators.records`), so one recording serves any batch.
+
+Nothing is allocated: a 70-billion-parameter layout records on a laptop. The optimizer is
+recorded at its second step (the first creates its state); the fp16 flavour of autocast adds
+``GradScaler``'s unscale (kind ``"scaler"``), which the bf16 flavour leaves out when timed.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves, tree_map
+from torch.utils.flop_counter import flop_registry
+
+from qsgd.errors import ModelError
+from .functions import Functions, attention_record
+from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, kind_of
+from .records import FAMILIES, Operator, Operators, OperatorSet, affine_fit
+
+#: Batch sizes the step is recorded at (two points fix an affine count; 2 is the smallest
+#: batch a BatchNorm in training mode accepts after global pooling).
+BATCHES = (2, 3)
+
+#: Optimizers a step is recorded with, as torch builds them for CUDA parameters (the
+#: multi-tensor ``foreach`` implementations are torch's default there).
+OPTIMIZERS = {
+    "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=True),
+    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, foreach=True),
+}
+
+#: How a family runs: the parameters' dtype and autocast's lower precision.
+_FAMILY = {"fp32": (torch.float32, None), "amp": (torch.float32, torch.float16),
+           "bf16": (torch.bfloat16, None)}
+
+METHOD = ("torch dispatch and function modes on the meta device (qsgd.operators), one step at "
+          f"batch {BATCHES[0]} and {BATCHES[1]} fitted as c + s * batch; FLOPs from "
+          "torch.utils.flop_counter; autocast per PyTorch's CUDA op lists; attention as one "
+          "fused kernel")
+
+
+def _nbytes(t: torch.Tensor) -> int:
+    # each distinct element once: a broadcast (stride 0) dimension is read once
+    n = 1
+    for size, stride in zip(t.shape, t.stride()):
+        if stride != 0:
+            n *= int(size)
+    return n * t.element_size()
+
+
+def _dtype(tensors) -> str:
+    for t in tensors:
+        if t.is_floating_point():
+            return str(t.dtype).removeprefix("torch.")
+    return "float32"
+
+
+class _Recorder(TorchDispatchMode):
+    """The dispatch mode: one raw record per kernel-launching operator."""
+
+    def __init__(self, channels_last: bool = False):
+        super().__init__()
+        self.rows: list[dict] = []
+        self.phase = "forward"
+        self.channels_last = channels_last
+        self._pending_read = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        name = func.overloadpacket.__name__
+        if self.channels_last and name in CONV_ACTIVATIONS:
+            # cuDNN returns channels-last results for channels-last inputs; meta kernels do not
+            out = tree_map(lambda t: t.contiguous(memory_format=torch.channels_last)
+                           if isinstance(t, torch.Tensor) and t.dim() == 4 else t, out)
+        if func.namespace != "aten" or func.is_view or name in NO_KERNEL:
+            return out
+        ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        kind = kind_of(name)
+        row = {"op": str(func), "kind": kind, "phase": self.phase, "dtype": _dtype(ins + outs),
+               "flops": 0, "bytes": self._bytes(name, ins, outs), "gemms": [], "tensors": 1,
+               "causal": False, "reread": 0, "nchw": 0}
+        if name in REREAD:
+            row["reread"] = sum(_nbytes(args[i]) for i in REREAD[name]
+                                if isinstance(args[i], torch.Tensor))
+        if name in CONV_ACTIVATIONS:
+            # the layout of the convolution's input decides which kernels cuDNN runs
+            acts = [args[i] for i in CONV_ACTIVATIONS[name]] + outs[:1]
+            x = args[CONV_ACTIVATIONS[name][-1]]
+            if x.dim() == 4 and not x.is_contiguous(memory_format=torch.channels_last):
+                row["nchw"] = sum(_nbytes(t) for t in acts)
+        if kind in ("gemm", "conv"):
+            row["gemms"] = GEMMS[name](args, out) if name in GEMMS else []
+            counter = flop_registry.get(func.overloadpacket)
+            if counter is not None:
+                row["flops"] = int(counter(*args, **kwargs, out_val=out))
+        elif kind == "optimizer" and args and isinstance(args[0], (list, tuple)):
+            row["tensors"] = max(1, len(args[0]))
+        self.rows.append(row)
+        return out
+
+    def _bytes(self, name: str, ins, outs) -> int:
+        seen, total = set(), self._pending_read
+        self._pending_read = 0
+        written = {id(t) for t in outs}
+        for t in ins:
+            # the destination of a copy or fill is written, not read
+            if id(t) in seen or (name in ("copy_", "fill_", "zero_") and id(t) in written):
+                continue
+            seen.add(id(t))
+            total += _nbytes(t)
+        return total + sum(_nbytes(t) for t in {id(t): t for t in outs}.values())
+
+    def extra_read(self, t: torch.Tensor) -> None:
+        """Add ``t``'s bytes to the next record (an attention mask read by the fused kernel)."""
+        self._pending_read += _nbytes(t)
+
+    def attention(self, q, k, v, out, causal: bool, backward: bool) -> None:
+        rec = attention_record(q, k, v, out, causal, backward)
+        self.rows.append({"op": "attention_backward" if backward else "attention",
+                          "kind": "attention", "phase": self.phase, "dtype": _dtype([q]),
+                          "flops": rec["flops"], "bytes": rec["bytes"] + self._pending_read,
+                          "gemms": rec["gemms"], "tensors": 1, "causal": causal,
+                          "reread": 0, "nchw": 0})
+        self._pending_read = 0
+
+
+def _inputs(model, batch: int, dtype: torch.dtype, input_shape, channels_last: bool = False):
+    g = torch.Generator().manual_seed(0)
+    if hasattr(model, "example_input"):
+        x = model.example_input(batch, generator=g, device="meta")
+    else:
+        x = torch.randn((batch, *input_shape), generator=g).to("meta")
+    if x.is_floating_point():
+        x = x.to(dtype)
+    if channels_last and x.dim() == 4:
+        x = x.contiguous(memory_format=torch.channels_last)
+    target = None
+    if hasattr(model, "example_target") and hasattr(model, "loss"):
+        target = model.example_target(batch, generator=g, device="meta")
+    return x, target
+
+
+def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Recorder,
+          ready: dict, channels_last: bool = False) -> None:
+    """One forward, backward and (second) optimizer step, recorded into ``recorder``."""
+    param_dtype, amp = _FAMILY[family]
+    x, target = _inputs(model, batch, param_dtype, input_shape, channels_last)
+    for p in model.parameters():
+        p.grad = None
+    functions = Functions(recorder, amp)
+    recorder.rows.clear()
+    ready.clear()
+    with functions, recorder:
+        recorder.phase = "forward"
+        out = model(x)
+        if target is not None:
+            loss = model.loss(out, target)
+        else:   # any other module: the mean square of its output, a real backward through all
+            loss = (out.float() if isinstance(out, torch.Tensor) else out[0].float()).square().mean()
+        functions.clear_cache()
+        recorder.phase = "backward"
+        loss.backward()
+    with torch.no_grad():
+        optimizer.step()          # the first step creates the optimizer's state: not recorded
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    found, inv = torch.zeros(1, device="meta"), torch.ones(1, device="meta")  # GradScaler's state
+    with recorder, torch.no_grad():
+        recorder.phase = "optimizer"
+        if family == "amp":       # GradScaler.unscale_ of the fp16 flavour (kind "scaler")
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+        optimizer.step()
+
+
+def _fit(rows1: list[dict], rows2: list[dict], family: str) -> tuple[Operator, ...]:
+    b1, b2 = BATCHES
+    if len(rows1) != len(rows2):
+        raise ModelError(f"operators ({family}): {len(rows1)} at batch {b1} but {len(rows2)} "
+                         f"at batch {b2}; the step must issue the same kernels at any batch")
+    ops = []
+    for i, (r1, r2) in enumerate(zip(rows1, rows2)):
+        same = ("op", "kind", "phase", "dtype", "tensors", "causal")
+        if any(r1[k] != r2[k] for k in same) or len(r1["gemms"]) != len(r2["gemms"]):
+            raise ModelError(f"operators ({family}): operator {i} is {r1['op']} at batch {b1} "
+                             f"but {r2['op']} at batch {b2}")
+        what = f"operators ({family})[{i}] {r1['op']}"
+        try:
+            gemms = tuple(tuple(affine_fit(a, b, b1, b2, f"{what} product dimension")
+                                for a, b in zip(g1, g2)) for g1, g2 in zip(r1["gemms"], r2["gemms"]))
+            ops.append(Operator(r1["op"], r1["kind"], r1["phase"], r1["dtype"],
+                                affine_fit(r1["flops"], r2["flops"], b1, b2, f"{what} FLOPs"),
+                                affine_fit(r1["bytes"], r2["bytes"], b1, b2, f"{what} bytes"),
+                                gemms, r1["tensors"], r1["causal"],
+                                affine_fit(r1["reread"], r2["reread"], b1, b2, f"{what} reread"),
+                                affine_fit(r1["nchw"], r2["nchw"], b1, b2, f"{what} nchw")))
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
+    return tuple(ops)
+
+
+def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | None = None,
+                     families: tuple[str, ...] = FAMILIES, optimizer: str | None = None,
+                     channels_last: bool = False) -> Operators:
+    """Every kernel of one training step of ``model``, in each precision family.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        Any module on any device (copied to the meta device; it is not modified). A built-in
+        model (:mod:`qsgd.models`) brings its inputs, loss and optimizer; another module gets
+        standard-normal inputs of ``input_shape`` and the mean square of its output as loss.
+    input_shape : tuple of int, optional
+        One sample's shape, for a module without ``example_input``.
+    families : tuple of str
+        Which of :data:`~qsgd.operators.records.FAMILIES` to record.
+    optimizer : {"sgd", "adamw"}, optional
+        The optimizer (default: the model's ``training_optimizer``, else ``"sgd"``).
+    channels_last : bool
+        Lay 4-D activations and weights out channels-last (NHWC, ``torch.channels_last``), as
+        ``model.to(memory_format=torch.channels_last)`` does; the default is torch's NCHW.
+
+    Returns
+    -------
+    Operators
+
+    Examples
+    --------
+    >>> import qsgd
+    >>> ops = qsgd.record_operators(qsgd.build_model("mlp"), families=("fp32",))
+    >>> fp32 = ops.family("fp32")
+    >>> [o.op for o in fp32.ops if o.kind == "gemm"][:2]
+    ['aten.addmm.default', 'aten.addmm.default']
+    >>> fp32.ops[0].flops_at(10) == 2 * 10 * 784 * 256     # the first layer's product
+    True
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise ModelError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    for f in families:
+        if f not in FAMILIES:
+            raise ModelError(f"families: {f!r} is not one of {list(FAMILIES)}")
+    optimizer = optimizer or getattr(model, "training_optimizer", "sgd")
+    if optimizer not in OPTIMIZERS:
+        raise ModelError(f"optimizer must be one of {sorted(OPTIMIZERS)}, got {optimizer!r}")
+    input_shape = tuple(input_shape or getattr(model, "input_shape", ()) or ())
+    if not hasattr(model, "example_input") and not input_shape:
+        raise ModelError(f"input_shape is needed for {type(model).__name__} (it has no "
+                         f"example_input), got {input_shape!r}")
+    base = _to_meta(model)
+    out = {}
+    for family in families:
+        param_dtype, _ = _FAMILY[family]
+        m = copy.deepcopy(base).to(param_dtype).train()
+        if channels_last:
+            m = m.to(memory_format=torch.channels_last)
+        params = [(n, p) for n, p in m.named_parameters() if p.requires_grad]
+        ready: dict[str, int] = {}
+        recorder = _Recorder(channels_last)
+
+        def mark(name):
+            def hook(_param) -> None:
+                ready.setdefault(name, len(recorder.rows))
+            return hook
+
+        hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
+        opt = OPTIMIZERS[optimizer]([p for _, p in params])
+        rows, readies = [], []
+        try:
+            for b in BATCHES:
+                _step(m, opt, family, b, input_shape, recorder, ready, channels_last)
+                rows.append(list(recorder.rows))
+                readies.append(dict(ready))
+        finally:
+            for h in hooks:
+                h.remove()
+        if readies[0] != readies[1]:
+            raise ModelError(f"operators ({family}): gradients become ready at other operators "
+                             f"at batch {BATCHES[0]} and {BATCHES[1]}")
+        out[family] = OperatorSet(family, _fit(rows[0], rows[1], family), readies[0], optimizer)
+    tb = getattr(model, "training_batch_size", None)
+    extra = {"memory_format": "channels_last"} if channels_last else {}
+    return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra)
+
+
+def _to_meta(model: torch.nn.Module) -> torch.nn.Module:
+    """A meta-device copy of ``model`` (no weights are copied)."""
+    if all(t.device.type == "meta" for t in (*model.parameters(), *model.buffers())):
+        return copy.deepcopy(model)
+    memo = {id(t): torch.empty_like(t, device="meta") if not isinstance(t, torch.nn.Parameter)
+            else torch.nn.Parameter(torch.empty_like(t, device="meta"), t.requires_grad)
+            for t in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, memo)
