@@ -18,7 +18,7 @@ from .closed_form import closed_form
 from .collectives import (ALGORITHMS, NCCL_ALGORITHMS, Route, Schedule, Transfer, build_schedule,
                           busbw_factor)
 from .collectives.nccl import NcclSystem, Plan as NcclPlan, plan as nccl_plan
-from .compute import DEVICES, ComputeModel
+from .compute import DEVICES, PRECISIONS, ComputeModel
 from .engine import run_collective, simulate
 from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError, SimulationError,
                      TraceError)
@@ -34,7 +34,7 @@ from .sweep import size_sweep, sweep_sizes
 _LAZY = {
     ".replaying": ("TRANSPORTS", "Prediction", "bucket_plan", "collective_requests", "replay"),
     ".report": ("write_report",),
-    ".study": ("StudyConfig", "placement_notes", "run_study", "topology_for"),
+    ".study": ("StudyConfig", "placement_notes", "resolve_compute", "run_study", "topology_for"),
     ".studyresult": ("Study", "StudyRow", "read_study"),
     ".validation": ("CollectivePoint", "MeasuredTrace", "TrainingPoint", "ValidationReport",
                     "calibrate", "compare", "import_nccl_tests"),
@@ -66,9 +66,9 @@ __all__ = [
     "busbw_factor", "closed_form", "nccl_plan", "NcclPlan", "NcclSystem",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep", "sweep_sizes",
-    "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "collective_requests",
+    "ComputeModel", "DEVICES", "PRECISIONS", "Network", "replay", "bucket_plan", "collective_requests",
     "Prediction", "TRANSPORTS",
-    "StudyConfig", "run_study", "placement_notes", "topology_for", "Study", "StudyRow",
+    "StudyConfig", "run_study", "placement_notes", "resolve_compute", "topology_for", "Study", "StudyRow",
     "read_study", "write_report", "figures",
     "Budget", "Candidate", "Recommendation", "VarianceModel", "pareto_front", "recommend",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",

@@ -88,7 +88,9 @@ class Transport:
     description: str
 
 
-#: Transports a bucket can be sent with.
+#: Transports a bucket can be sent with. ``fp32`` is DDP's own allreduce of the gradients as
+#: they are: float32, or bfloat16 when the parameters are (the ``bf16`` precision, where the
+#: compute model's ``grad_bytes`` is 2).
 TRANSPORTS: dict[str, Transport] = {
     "fp32": Transport("fp32", False, 4, "fp32", "fp32 allreduce (DDP's default)"),
     "fp16": Transport("fp16", False, 2, "fp16", "fp16 allreduce (DDP's fp16_compress_hook)"),
@@ -120,21 +122,8 @@ def _qsgd_config(trace, bits: int | None):
                  f"encode/decode scaled by bytes from {cfg.bits}-bit measurements")
 
 
-def _bucket_payload(trace, k: int, cfg) -> tuple[float, float, float]:
-    """``(payload bytes, encode_s, decode_s)`` of bucket ``k`` (measured means, or rescaled)."""
-    import qsgd
-
-    b = trace.buckets[k]
-    measured = trace.mean_payload_bytes(k)
-    enc, dec = trace.mean_encode_s(k), trace.mean_decode_s(k)
-    if cfg is trace.config or b.compressed_numel == 0:
-        return measured, enc, dec
-    payload = float(qsgd.payload_nbytes(b.compressed_numel, cfg))
-    ratio = payload / measured if measured > 0 else 1.0
-    return payload, enc * ratio, dec * ratio
-
-
-def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None = None):
+def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None = None,
+                grad_bytes: int = 4):
     """The :func:`qsgd.wire_plan` of ``trace``'s bucket ``k`` under replay transport ``transport``.
 
     Examples
@@ -152,9 +141,11 @@ def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None
         raise ConfigError(f"transport must be one of {sorted(TRANSPORTS)}, got {transport!r}")
     t = TRANSPORTS[transport]
     b = trace.buckets[k]
-    layout = qsgd.BucketLayout.of(b.compressed_numel, b.raw_numel)
+    layout = qsgd.BucketLayout.of(b.compressed_numel, b.raw_numel, grad_bytes)
     if not t.compressed:
-        return qsgd.wire_plan(t.wire, layout, world_size)
+        # DDP all-reduces the gradients in the parameters' dtype: bf16 ones as bf16
+        wire = "bf16" if t.wire == "fp32" and grad_bytes == 2 else t.wire
+        return qsgd.wire_plan(wire, layout, world_size)
     cfg, _ = _qsgd_config(trace, bits)
     payload = None if cfg.codec == "packed" else trace.mean_payload_bytes(k)
     return qsgd.wire_plan(t.wire, layout, world_size, cfg, payload_bytes=payload)
@@ -177,7 +168,7 @@ def _collective_s(net: Network, c) -> tuple[float, float]:
     return net.collective(*_request(net, c))
 
 
-def collective_requests(trace, net: Network, transport: str, bits=None) -> list:
+def collective_requests(trace, net: Network, transport: str, bits=None, grad_bytes: int = 4) -> list:
     """The ``(op, algorithm, bytes)`` collectives :func:`replay` asks ``net`` for, to simulate
     ahead (:meth:`Network.prefetch`).
 
@@ -189,6 +180,8 @@ def collective_requests(trace, net: Network, transport: str, bits=None) -> list:
         Key of :data:`TRANSPORTS`.
     bits : int or sequence of int, optional
         As :func:`replay` takes it.
+    grad_bytes : int
+        Bytes per gradient element (the compute model's ``grad_bytes``).
 
     Examples
     --------
@@ -203,7 +196,8 @@ def collective_requests(trace, net: Network, transport: str, bits=None) -> list:
         raise ConfigError(f"transport must be one of {sorted(TRANSPORTS)}, got {transport!r}")
     per_bucket = _bucket_bits(trace, bits)
     return [_request(net, c) for k in range(trace.num_buckets)
-            for c in bucket_plan(trace, k, transport, net.world_size, per_bucket[k]).collectives]
+            for c in bucket_plan(trace, k, transport, net.world_size, per_bucket[k],
+                                 grad_bytes).collectives]
 
 
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
@@ -222,7 +216,8 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     world_size : int, optional
         GPUs training (the first ``world_size`` ranks of ``G``); default all.
     compute : ComputeModel, optional
-        Compute seconds; default the measured ones.
+        Compute seconds (:meth:`ComputeModel.for_device` times the trace's operators on a
+        GPU at a batch and precision); default the measured ones.
     algorithm : str
         Allreduce algorithm for fp32/fp16 and the raw small tensors.
     bits : int or sequence of int, optional
@@ -270,6 +265,9 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     compute = ComputeModel() if compute is None else compute
     if not isinstance(compute, ComputeModel):
         raise ConfigError(f"compute must be a ComputeModel, got {type(compute).__name__}")
+    if not getattr(trace, "timed", True) and (compute.forward_s is None or compute.codec_device is None):
+        raise ConfigError(f"trace of {trace.model!r} was recorded on the meta device and holds no "
+                          f"seconds: pass compute=ComputeModel.for_device(<GPU>, trace)")
     net = network if network is not None else Network(G, world_size, algorithm)
     p = net.world_size
     if loaded is not None and not isinstance(loaded, Network):
@@ -280,7 +278,7 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             not 0.0 < compute_pace <= 1.0:
         raise ConfigError(f"compute_pace={compute_pace!r} must be a number in (0, 1]")
     pace = float(compute_pace)
-    fwd, bwd, opt, ready_scale = compute.phases(trace)
+    fwd, bwd, opt, ready = compute.phases(trace)
 
     per_bucket = _bucket_bits(trace, bits)
     if t.compressed:
@@ -295,7 +293,8 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         configs, source = None, "dense allreduce"
         widths = (8 * t.bytes_per_element,) * trace.num_buckets
 
-    plans = [bucket_plan(trace, k, transport, p, per_bucket[k]) for k in range(trace.num_buckets)]
+    plans = [bucket_plan(trace, k, transport, p, per_bucket[k], compute.grad_bytes)
+             for k in range(trace.num_buckets)]
     # the three servers' work (module docstring): backward's thread, callback thread, stream
     backward, callbacks, stream = [], [], []
     codec_total, bytes_total = 0.0, 0.0
@@ -303,10 +302,10 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
     for k, b in enumerate(trace.buckets):
         enc_el = dec_el = 0.0
         if t.compressed and b.compressed_numel:
-            _, enc, dec = _bucket_payload(trace, k, configs[k][0])
-            enc_el = compute.codec_seconds(enc) / b.compressed_numel
-            dec_el = compute.codec_seconds(dec) / b.compressed_numel
-        target = fwd + trace.mean_ready_s(k) * ready_scale
+            enc, dec = compute.codec(trace, k, configs[k][0])
+            enc_el = enc / b.compressed_numel
+            dec_el = dec / b.compressed_numel
+        target = fwd + ready[k]
         backward.append(Work(("ready", k), max(0.0, target - reached)))
         reached = max(reached, target)
         for j, step in enumerate(plans[k].steps):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from emulator._malloc import keep_freed_memory
-from emulator.compute import DEVICES, ComputeModel
+from emulator.compute import ALIASES, DEVICES, PRECISIONS, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
 from emulator.replaying import TRANSPORTS, collective_requests, replay
@@ -48,12 +48,19 @@ class StudyConfig:
         (``"switch:{n}"``) and ``{N}`` by the number of nodes a world size needs (e.g.
         ``"cluster:dgx_a100x{N}"``), else the spec must have at least ``max(world_sizes)`` GPUs.
     device : str
-        Target device of the compute model (:data:`emulator.DEVICES`).
+        The GPU the compute model times the trace's operators on: ``"auto"`` (the default),
+        each topology's own GPU (its nodes' ``model``); a :data:`emulator.DEVICES` key for all
+        topologies; or ``"measured"``, the trace's measured seconds as they are.
+    batch_size : int, optional
+        Samples per GPU (default: the model's training batch, else the trace's).
+    precision : str, optional
+        A training precision (:data:`emulator.compute.PRECISIONS`; default: what people train
+        with on the device, :func:`emulator.compute.default_precision`).
     algorithm : str
         Allreduce algorithm of the dense transports.
-    compute : ComputeModel, optional
-        Overrides ``device``; :func:`run_study` resolves ``device`` into one before running so
-        that workers do not measure the host again.
+    compute : ComputeModel or dict, optional
+        Overrides ``device``: one model for every topology, or one per topology spec;
+        :func:`run_study` resolves ``device`` into them before running, once.
     exact : bool
         True: every distinct collective of a task is simulated. False (the approximate mode,
         the default): a task's sizes of one schedule shape are simulated only where
@@ -68,10 +75,12 @@ class StudyConfig:
     bits: tuple = (32, 16, 8, 4, 2)
     transports: tuple = tuple(TRANSPORTS)
     topologies: tuple = ("cluster:dgx_a100x{N}",)
-    device: str = "measured"
+    device: str = "auto"
     algorithm: str = DEFAULT_ALGORITHM
-    compute: ComputeModel | None = field(default=None)
+    compute: ComputeModel | dict | None = field(default=None)
     exact: bool = False
+    batch_size: int | None = None
+    precision: str | None = None
 
     def __post_init__(self):
         import qsgd
@@ -98,12 +107,31 @@ class StudyConfig:
         for s in self.topologies:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"StudyConfig.topologies: {s!r} is not a topology spec")
-        if self.device not in DEVICES:
-            raise ConfigError(f"StudyConfig.device must be one of {sorted(DEVICES)}, got {self.device!r}")
+        if self.device not in ("auto", "measured") and self.device not in DEVICES \
+                and self.device not in ALIASES:
+            raise ConfigError(f"StudyConfig.device must be 'auto', 'measured' or one of "
+                              f"{sorted(DEVICES)}, got {self.device!r}")
         if not isinstance(self.exact, bool):
             raise ConfigError(f"StudyConfig.exact must be True or False, got {self.exact!r}")
-        if self.compute is not None and not isinstance(self.compute, ComputeModel):
-            raise ConfigError(f"StudyConfig.compute must be a ComputeModel, got {self.compute!r}")
+        if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 1):
+            raise ConfigError(f"StudyConfig.batch_size must be a positive int, got {self.batch_size!r}")
+        if self.precision is not None and self.precision not in PRECISIONS:
+            raise ConfigError(f"StudyConfig.precision must be one of {list(PRECISIONS)}, got "
+                              f"{self.precision!r}")
+        models = self.compute.values() if isinstance(self.compute, dict) else [self.compute]
+        for m in models:
+            if m is not None and not isinstance(m, ComputeModel):
+                raise ConfigError(f"StudyConfig.compute must be a ComputeModel or a dict of them "
+                                  f"per topology, got {m!r}")
+        if isinstance(self.compute, dict) and set(self.compute) != set(self.topologies):
+            raise ConfigError(f"StudyConfig.compute: one model per topology {list(self.topologies)}, "
+                              f"got {sorted(self.compute)}")
+
+    def compute_for(self, spec: str) -> ComputeModel:
+        """The compute model of topology ``spec`` (the measured seconds when none is set)."""
+        if isinstance(self.compute, dict):
+            return self.compute[spec]
+        return self.compute or ComputeModel()
 
     def combos(self) -> list[tuple[int, str]]:
         """(bits, transport) pairs of the grid, in row order."""
@@ -121,10 +149,25 @@ class StudyConfig:
         return out
 
     def to_dict(self) -> dict:
+        compute = None if self.compute is None else (
+            {k: v.to_dict() for k, v in self.compute.items()} if isinstance(self.compute, dict)
+            else self.compute.to_dict())
         return {"model": self.trace.model, "world_sizes": list(self.world_sizes), "bits": list(self.bits),
                 "transports": list(self.transports), "topologies": list(self.topologies),
-                "device": self.device, "algorithm": self.algorithm, "exact": self.exact,
-                "compute": None if self.compute is None else self.compute.to_dict()}
+                "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
+                "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
+
+
+def resolve_compute(config: StudyConfig) -> dict:
+    """One :class:`ComputeModel` per topology of ``config`` (``device="auto"``: the topology's
+    GPU), each timing the trace's operators at the configured batch and precision.
+
+    Raises ConfigError when a topology names no GPU and no device is given, or when the
+    precision needs units the GPU lacks.
+    """
+    return {spec: ComputeModel.for_topology(
+        topology_for(spec, min(config.world_sizes)), config.trace, device=config.device,
+        batch_size=config.batch_size, precision=config.precision) for spec in config.topologies}
 
 
 # ---------------------------------------------------------------- one task
@@ -210,11 +253,12 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
     net = Network(G, world_size, cfg.algorithm,
                   on_simulated=None if progress is None else on_simulated,
                   interpolate=None if cfg.exact else DEFAULT_RTOL)
+    compute = cfg.compute_for(spec)
     if not cfg.exact:
         # the sweep needs every size of the task at once to pick which ones to simulate
         net.prefetch([r for bits, transport in combos for r in collective_requests(
-            cfg.trace, net, transport, bits if TRANSPORTS[transport].compressed else None)])
-    compute = cfg.compute or ComputeModel()
+            cfg.trace, net, transport, bits if TRANSPORTS[transport].compressed else None,
+            compute.grad_bytes)])
     name = str(G.graph.get("name", spec))
     out = []
     for k, (bits, transport) in enumerate(combos):
@@ -249,7 +293,6 @@ def _tasks(config: StudyConfig) -> list[tuple]:
 
 def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
     """Rows in grid order, with the speedups over the dense transports of the same cell."""
-    compute = config.compute or ComputeModel()
     trace = config.trace
     preds: dict = {}
     names: dict = {}
@@ -260,6 +303,8 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
             names[(spec, w)] = name
     rows = []
     for spec in config.topologies:
+        compute = config.compute_for(spec)
+        batch = compute.batch_size or trace.batch_size
         for w in config.world_sizes:
             dense = {t: preds.get((spec, w, DENSE_BITS[t], t)) for t in DENSE_BITS}
             for bits, transport in config.combos():
@@ -269,14 +314,15 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
                 rows.append(StudyRow(
                     topology=spec, topology_name=names[(spec, w)], world_size=w, bits=bits,
                     transport=transport, iteration_s=it,
-                    throughput_samples_s=w * trace.batch_size / it,
+                    throughput_samples_s=w * batch / it,
                     speedup_vs_fp32=speedup["fp32"], speedup_vs_fp16=speedup["fp16"],
                     scaling_efficiency=pred.compute_s / it, bytes_per_gpu=pred.bytes_per_gpu,
                     compute_s=pred.compute_s, exposed_comm_s=pred.exposed_comm_s,
                     encode_decode_s=pred.encode_decode_s,
                     bound="communication" if pred.exposed_comm_s > COMM_BOUND_SHARE * it
                     else "compute",
-                    model=trace.model, batch_size=trace.batch_size, device=compute.device,
+                    model=trace.model, batch_size=batch, device=compute.device,
+                    precision=compute.precision or "as measured",
                     algorithm=config.algorithm, source=f"{pred.source}; compute: {compute.source}"))
     return Study(tuple(rows), predictions={r.key: preds[r.key] for r in rows},
                  config=config.to_dict())
@@ -357,8 +403,7 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     if not is_int(workers) or workers < 1:
         raise ConfigError(f"workers must be an int >= 1, got {workers!r}")
     if config.compute is None:
-        compute = ComputeModel.for_device(config.device, config.trace)
-        config = dataclasses.replace(config, compute=compute)
+        config = dataclasses.replace(config, compute=resolve_compute(config))
     config.combos()
     tasks = _tasks(config)
     for spec in config.topologies:  # a bad spec fails here, before any work is sent out

@@ -1,14 +1,15 @@
 """What a study returns: typed rows, the timelines it simulated, and the configuration it picks.
 
 :class:`StudyRow` is one (topology, world size, bits, transport) cell; its fields are the
-columns of ``study.csv`` and of the rows of ``study.json`` (format ``qsgd-study``, version 2,
+columns of ``study.csv`` and of the rows of ``study.json`` (format ``qsgd-study``, version 3,
 docs/formats.md), and every reader (the terminal table, the report, the dashboard) reads
 these fields. :class:`Study` holds the rows in a fixed order with the replayed
 :class:`~emulator.Prediction` of each, and picks the configuration to show by one rule
 (:meth:`Study.best`).
 
-Version 1 files (rows only, without ``topology_name``, ``speedup_vs_fp16`` and ``bound``) are
-still read: the missing fields are derived from the rows themselves.
+Version 1 files (rows only, without ``topology_name``, ``speedup_vs_fp16`` and ``bound``) and
+version 2 files (without ``precision``) are still read: the missing fields are derived from
+the rows themselves (an older row's precision reads ``"as measured"``).
 """
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ __all__ = ["StudyRow", "Study", "COLUMNS", "FORMAT", "VERSION", "read_study", "w
            "write_json", "summary_table", "conclusions", "LEGEND"]
 
 FORMAT = "qsgd-study"
-VERSION = 2
+VERSION = 3
+#: versions :func:`read_study` reads
+READ_VERSIONS = (1, 2, 3)
 
 #: An iteration counts as communication-bound when more than this share of it is exposed
 #: communication (time the stream adds after compute ends).
@@ -66,10 +69,10 @@ class StudyRow:
         else ``"compute"``.
     model : str
     batch_size : int
-        Samples per GPU per iteration (from the trace).
-    device, algorithm, source : str
-        The compute model's device, the dense transports' allreduce algorithm, and where the
-        payload sizes and compute times come from.
+        Samples per GPU per iteration (the compute model's, else the trace's).
+    device, precision, algorithm, source : str
+        The compute model's device and training precision, the dense transports' allreduce
+        algorithm, and where the payload sizes and compute times come from.
     """
 
     topology: str
@@ -90,6 +93,7 @@ class StudyRow:
     model: str
     batch_size: int
     device: str
+    precision: str
     algorithm: str
     source: str
 
@@ -241,7 +245,7 @@ def write_csv(study: Study, path: str | os.PathLike) -> None:
 
 
 def write_json(study: Study, path: str | os.PathLike) -> None:
-    """Write ``{"format": "qsgd-study", "version": 2, "config", "rows", "best", "timeline"}``.
+    """Write ``{"format": "qsgd-study", "version": 3, "config", "rows", "best", "timeline"}``.
 
     ``best`` is the index of :meth:`Study.best` in ``rows`` and ``timeline`` its
     ``Prediction.to_dict()`` (None when the study did not keep it).
@@ -277,7 +281,7 @@ def _upgrade_v1(rows: list) -> list:
 
 
 def read_study(path: str | os.PathLike) -> Study:
-    """The :class:`Study` of a ``study.json`` (version 1 or 2); errors name the bad field.
+    """The :class:`Study` of a ``study.json`` (version 1, 2 or 3); errors name the bad field.
 
     Examples
     --------
@@ -299,16 +303,19 @@ def read_study(path: str | os.PathLike) -> Study:
         got = doc.get("format") if isinstance(doc, dict) else doc
         raise TraceError(f"format must be {FORMAT!r}, got {got!r}")
     version = doc.get("version")
-    if version not in (1, VERSION):
-        raise TraceError(f"version must be 1 or {VERSION}, got {version!r}")
+    if version not in READ_VERSIONS:
+        raise TraceError(f"version must be one of {list(READ_VERSIONS)}, got {version!r}")
     rows = doc.get("rows")
     if not isinstance(rows, list) or not rows:
         raise TraceError(f"rows must be a non-empty list, got {rows!r}")
     if version == 1:
         rows = _upgrade_v1(rows)
+    if version < 3:
+        rows = [dict(r, precision=r.get("precision", "as measured")) if isinstance(r, dict) else r
+                for r in rows]
     study = Study(tuple(StudyRow.from_dict(r, f"rows[{i}]") for i, r in enumerate(rows)),
                   config=doc.get("config"))
-    if version == VERSION:
+    if version >= 2:
         best, want = doc.get("best"), study.rows.index(study.best())
         if best != want or isinstance(best, bool):
             raise TraceError(f"best: {best!r} is not the index of the study's best row ({want})")

@@ -24,9 +24,9 @@ Transports (:data:`TRANSPORTS`), for ``p`` ranks and a bucket of ``n`` compresse
 elements (raw: fewer than ``min_numel`` elements per tensor, sent uncompressed, Alistarh et al.
 2017, Section 5):
 
-``fp32`` / ``fp16``
-    One allreduce of the whole bucket at 4 / 2 bytes per element (DDP's default hook and its
-    ``fp16_compress_hook``).
+``fp32`` / ``fp16`` / ``bf16``
+    One allreduce of the whole bucket at 4 / 2 / 2 bytes per element (DDP's default hook, its
+    ``fp16_compress_hook``, and DDP's default hook on bfloat16 parameters).
 ``allgather``
     encode (hook) -> [size all_gather, elias codec only] -> payload all_gather of each rank's
     payload with the raw tensors in front -> decode ``p`` payloads and average (callback).
@@ -378,6 +378,7 @@ def _scatter_reduce_allgather(layout: BucketLayout, p: int, cfg: QSGDConfig, pay
 TRANSPORTS: dict[str, tuple[bool, Callable[..., tuple]]] = {
     "fp32": (False, _dense(4, "float32")),
     "fp16": (False, _dense(2, "float16")),
+    "bf16": (False, _dense(2, "bfloat16")),
     "allgather": (True, _allgather),
     "scatter_reduce_allgather": (True, _scatter_reduce_allgather),
 }

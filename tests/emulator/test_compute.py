@@ -1,86 +1,306 @@
-"""ComputeModel: device table, scaling ratios, user-given seconds, errors."""
+"""The compute model: devices, precisions, the kernel rules (monotone, quantised, bounded by
+the peaks), the eager host/device pipeline, ComputeModel's defaults and what DDP sends per
+precision, reproducibility on a busy machine, the codec on a target, and bad input."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import multiprocessing
+import subprocess
+import sys
+from types import SimpleNamespace
+
 import pytest
 
 import emulator
 import qsgd
-from emulator.compute import ComputeModel
+import topologies
+from emulator.compute import (DEVICES, PRECISIONS, ComputeModel, codec_seconds, device, device_of,
+                              kernel_seconds, precision, step_times)
+from emulator.compute import rules
+from emulator.compute.timeline import HOST_OP_S
+
+CFG = qsgd.QSGDConfig.from_bits(4)
 
 
-def _trace(device="cuda", device_name="NVIDIA A100-SXM4-80GB"):
-    it = {"index": 0, "forward_s": 0.1, "backward_s": 0.2, "optimizer_s": 0.01,
-          "buckets": [{"index": 0, "ready_s": 0.05, "payload_bytes": 1052, "raw_bytes": 40,
-                       "encode_s": 0.001, "decode_s": 0.002}]}
-    return qsgd.PayloadTrace.from_dict({
-        "format": "qsgd-payload-trace", "version": 1, "model": "m", "parameters": 2010,
-        "device": device, "device_name": device_name, "torch_version": "2.13.0", "batch_size": 2,
-        "input_shape": [4], "config": {"levels": 7, "bucket_size": 512, "norm": "max", "codec": "packed"},
-        "min_numel": 100, "bucket_cap_bytes": 26214400, "first_bucket_bytes": 1048576, "seed": 0,
-        "buckets": [{"index": 0, "numel": 2010, "params": ["w", "b"], "compressed_numel": 2000,
-                     "raw_numel": 10}],
-        "iterations": [it]})
+@pytest.fixture(scope="module")
+def resnet():
+    return qsgd.measure("resnet50", CFG, device="meta")
 
 
-def test_device_table_figures_from_references():
-    d = emulator.DEVICES
-    assert {"K80", "V100", "A100", "H100", "H200", "measured"} <= set(d)
-    assert d["A100"].peak_flops_fp32 == 19.5e12 and d["A100"].peak_flops_bf16 == 312e12
-    assert d["H200"].mem_bandwidth == 4.8e12 and d["V100"].mem_bandwidth == 900e9
-    assert all(dev.source for dev in d.values())
+@pytest.fixture(scope="module")
+def mlp():
+    return qsgd.measure("mlp", CFG, device="meta")
 
 
-def test_scaling_from_a_known_gpu():
-    cm = ComputeModel.for_device("H100", _trace())
-    assert cm.compute_scale == pytest.approx(19.5 / 67)
-    assert cm.codec_scale == pytest.approx(2.0 / 3.35)
-    fwd, bwd, opt, rs = cm.phases(_trace())
-    assert (fwd, bwd, opt) == pytest.approx((0.1 * 19.5 / 67, 0.2 * 19.5 / 67, 0.01 * 19.5 / 67))
-    assert rs == pytest.approx(19.5 / 67)
+def _op(kind="elementwise", flops=(0, 0), nbytes=(0, 0), gemms=(), **kw):
+    base = dict(kind=kind, flops=flops, bytes=nbytes, gemms=gemms, tensors=1, reread=(0, 0),
+                nchw=(0, 0), dtype="float32", phase="forward", op=kind, causal=False)
+    return SimpleNamespace(**{**base, **kw})
 
 
-def test_scaling_from_cpu_uses_host_figures():
-    cm = ComputeModel.for_device("A100", _trace("cpu", "Xeon"), host_flops=19.5e10, host_bandwidth=2e10)
-    assert cm.compute_scale == pytest.approx(0.01) and cm.codec_scale == pytest.approx(0.01)
-    assert "host" in cm.source
+# ---------------------------------------------------------------- devices and precisions
+def test_device_figures_are_the_datasheets_dense_ones():
+    assert DEVICES["A100-80GB"].flops("bf16") == 312e12 and DEVICES["A100-40GB"].mem_bandwidth == 1555e9
+    assert DEVICES["H100-SXM"].flops("fp8") == 1978.9e12 and DEVICES["H200"].mem_bandwidth == 4.8e12
+    assert DEVICES["V100"].flops("fp16") == 125e12 and not DEVICES["V100"].has("bf16")
+    # GeForce: the FP32-accumulate tensor rate, half the FP16-accumulate one
+    assert DEVICES["RTX4090"].flops("fp16") == 165.2e12
+    assert device("A100") is DEVICES["A100-80GB"] and device("H100-SXM5") is DEVICES["H100-SXM"]
+    for d in DEVICES.values():   # dense tensor peaks at least the SIMT one, as the units go
+        assert all(d.peak[m] >= d.peak["fp32"] for m in d.peak)
 
 
-def test_given_seconds_stretch_ready_offsets():
-    cm = ComputeModel.given(0.5, 0.4, 0.1)
-    assert cm.phases(_trace()) == pytest.approx((0.5, 0.4, 0.1, 2.0))
+def test_every_preset_names_a_gpu_the_model_knows():
+    for name in topologies.PRESETS:
+        G = topologies.from_spec(name)
+        assert device_of(G) is not None, name
+    assert device_of(topologies.from_spec("p2_16xlarge")).name == "K80"
+    assert device_of(topologies.from_spec("p4d")).name == "A100-40GB"
+    assert device_of(topologies.from_spec("pcie_box:gpus=4,gpu=RTX4090")).name == "RTX4090"
+    assert device_of(topologies.from_spec("fat_tree:k=4")) is None
 
 
-def test_measured_is_identity():
-    assert ComputeModel.for_device("measured", _trace()).phases(_trace()) == pytest.approx((0.1, 0.2, 0.01, 1.0))
+def test_precision_math_modes_follow_pytorch_defaults():
+    a100, v100 = device("A100"), device("V100")
+    fp32 = precision("fp32")
+    assert fp32.mode("conv", "float32", a100) == "tf32"    # cudnn.allow_tf32 defaults to True
+    assert fp32.mode("gemm", "float32", a100) == "fp32"    # matmul.allow_tf32 defaults to False
+    assert fp32.mode("conv", "float32", v100) == "fp32"    # no TF32 units before Ampere
+    assert precision("tf32").mode("gemm", "float32", a100) == "tf32"
+    assert precision("amp-fp16").mode("gemm", "float16", a100) == "fp16"
+    assert precision("amp-bf16").mode("gemm", "float16", a100) == "bf16"
+    fp8 = precision("fp8")
+    h100 = device("H100")
+    assert fp8.mode("gemm", "float16", h100) == "fp8" and fp8.mode("conv", "float16", h100) == "bf16"
+    assert [PRECISIONS[p].grad_bytes for p in ("fp32", "amp-bf16", "bf16")] == [4, 4, 2]
 
 
-def test_measure_host_positive():
-    rates = qsgd.measure_host(0.05)
-    assert rates["matmul_flops"] > 1e8 and rates["copy_bandwidth"] > 1e8 and rates["method"]
+@pytest.mark.parametrize("dev, prec, needle", [
+    ("V100", "amp-bf16", "needs bf16 units, which V100 does not have"),
+    ("A100", "fp8", "needs fp8 units, which A100-80GB does not have"),
+    ("T4", "tf32", "needs tf32 units, which T4 does not have"),
+    ("K80", "amp-fp16", "needs fp16 units, which K80 does not have"),
+])
+def test_a_precision_the_device_has_no_units_for_is_refused(resnet, dev, prec, needle):
+    with pytest.raises(emulator.ConfigError, match=needle):
+        ComputeModel.for_device(dev, resnet, precision=prec)
 
 
-def test_a_cpu_trace_scales_by_the_rates_stored_with_it():
-    """The host rates measured with the trace, not this machine's, set the scale: the same on
-    any machine and in every run."""
-    doc = _trace(device="cpu", device_name="Some CPU").to_dict()
-    doc["host"] = {"matmul_flops": 100e9, "copy_bandwidth": 10e9, "method": "m", "threads": 2}
-    trace = qsgd.PayloadTrace.from_dict(doc)
-    a = ComputeModel.for_device("A100", trace)
-    b = ComputeModel.for_device("A100", trace)
-    assert a == b and a.compute_scale == pytest.approx(100e9 / 19.5e12)
-    assert a.codec_scale == pytest.approx(10e9 / 2.0e12)
-    assert "host measured with the trace at 100.0 GFLOP/s, 10.0 GB/s" in a.source
-    doc["host"]["matmul_flops"] = -1
-    with pytest.raises(qsgd.TraceError, match=r"host\.matmul_flops must be a finite number > 0"):
-        qsgd.PayloadTrace.from_dict(doc)
+@pytest.mark.parametrize("kwargs, needle", [
+    ({"target": "TPUv5"}, "device must be one of"),
+    ({"precision": "fp4"}, "precision must be one of"),
+    ({"batch_size": 0}, "batch_size must be a positive int, got 0"),
+    ({"batch_size": 2.5}, "batch_size must be a positive int, got 2.5"),
+])
+def test_bad_input_is_named(resnet, kwargs, needle):
+    args = {"target": "A100", **kwargs}
+    with pytest.raises(emulator.ConfigError, match=needle):
+        ComputeModel.for_device(args.pop("target"), resnet, **args)
 
 
-@pytest.mark.parametrize("kw, field", [({"compute_scale": -1.0}, "compute_scale"),
-                                       ({"codec_scale": float("nan")}, "codec_scale"),
-                                       ({"backward_s": -0.1}, "backward_s")])
-def test_bad_fields_named(kw, field):
-    with pytest.raises(emulator.ConfigError, match=field):
-        ComputeModel(**kw)
+def test_a_trace_without_operators_is_refused_with_how_to_fix(resnet):
+    old = dataclasses.replace(resnet, operators=None)
+    with pytest.raises(emulator.ConfigError, match="no operator records.*qsgd-emu measure"):
+        ComputeModel.for_device("A100", old)
 
 
-def test_bad_device_named():
-    with pytest.raises(emulator.ConfigError, match="B200"):
-        ComputeModel.for_device("B200", _trace())
+# ---------------------------------------------------------------- kernel rules
+def test_large_products_run_at_the_cited_efficiency_and_never_above_peak():
+    a100 = device("A100")
+    m = n = 108 * 256
+    op = _op("gemm", flops=(2 * m * n * 4096, 0), gemms=(((1, 0), (m, 0), (n, 0), (4096, 0)),),
+             nbytes=(2 * (m * 4096 * 2 + n * m), 0))
+    t = kernel_seconds(op, 1, a100, "bf16")
+    achieved = op.flops[0] / t
+    assert achieved == pytest.approx(312e12 * rules.TENSOR_EFFICIENCY["ampere"], rel=0.01)
+    for dev in DEVICES.values():
+        for mode in dev.peak:
+            assert op.flops[0] / kernel_seconds(op, 1, dev, mode) <= dev.peak[mode]
+
+
+def test_products_are_monotone_and_wave_quantised():
+    sms, rate = 108, 100e12
+    times = [rules.gemm_math_seconds(1, m, 1024, 1024, rate, sms) for m in range(128, 20000, 333)]
+    assert all(a <= b for a, b in zip(times, times[1:]))
+    for k in (64, 512, 4096):
+        ks = [rules.gemm_math_seconds(1, 4096, 4096, kk, rate, sms) for kk in (k, 2 * k)]
+        assert ks[0] <= ks[1]
+    # one row past a full wave of 256x128 tiles: a second wave of them (2x), or three waves of
+    # half-size 128x128 tiles (1.5x), which is what is taken
+    full = rules.gemm_math_seconds(1, 256 * 108, 128, 2048, rate, sms)
+    assert rules.gemm_math_seconds(1, 256 * 108 + 1, 128, 2048, rate, sms) == pytest.approx(1.5 * full)
+
+
+def test_split_k_fills_the_gpu_when_tiles_are_few():
+    sms, rate = 108, 100e12
+    few = rules.gemm_math_seconds(1, 256, 256, 1 << 20, rate, sms)    # 2 tiles, a huge reduction
+    ideal = 2 * 256 * 256 * (1 << 20) / rate
+    assert few < 3 * ideal           # without split-K it would be 54x the ideal
+    assert rules.split_k_bytes(1, 256, 256, 1 << 20, sms) > 0
+    assert rules.split_k_bytes(1, 1 << 15, 1 << 15, 512, sms) == 0
+
+
+def test_memory_bound_kernels_scale_with_bytes_and_bandwidth():
+    op = _op(nbytes=(0, 1_000_000))
+    a100 = device("A100")
+    t = [kernel_seconds(op, b, a100, "fp32") - rules.KERNEL_S for b in (100, 200, 400)]
+    assert t[1] == pytest.approx(2 * t[0]) and t[2] == pytest.approx(4 * t[0])
+    assert t[0] == pytest.approx(1e8 / (a100.mem_bandwidth * rules.MEMORY_EFFICIENCY[True]))
+    assert kernel_seconds(op, 100, device("H200"), "fp32") < kernel_seconds(op, 100, device("H100"), "fp32")
+    # a second pass reads again
+    twice = _op(nbytes=(0, 1_000_000), reread=(0, 1_000_000))
+    assert kernel_seconds(twice, 100, a100, "fp32") - rules.KERNEL_S == pytest.approx(2 * t[0])
+
+
+def test_nchw_convolutions_pay_layout_kernels_on_tensor_cores_only():
+    a100 = device("A100")
+    kw = dict(flops=(2 * 4096 * 64 * 576, 0), gemms=(((1, 0), (4096, 0), (64, 0), (576, 0)),),
+              nbytes=(10**7, 0))
+    nchw, nhwc = _op("conv", nchw=(10**7, 0), **kw), _op("conv", **kw)
+    for mode in ("tf32", "fp16", "bf16"):
+        extra = kernel_seconds(nchw, 1, a100, mode) - kernel_seconds(nhwc, 1, a100, mode)
+        assert extra == pytest.approx(rules.memory_seconds(2 * 10**7, a100) + 2 * rules.KERNEL_S)
+    assert kernel_seconds(nchw, 1, a100, "fp32") == kernel_seconds(nhwc, 1, a100, "fp32")
+
+
+def test_causal_attention_halves_the_math():
+    kw = dict(gemms=(((64, 0), (4096, 0), (4096, 0), (128, 0)),))
+    full = _op("attention", flops=(qsgd.operators.kinds.attention_flops(64, 4096, 4096, 128, False, False), 0), **kw)
+    half = _op("attention", flops=(qsgd.operators.kinds.attention_flops(64, 4096, 4096, 128, True, False), 0), **kw)
+    tf, th = (kernel_seconds(o, 1, device("A100"), "bf16") for o in (full, half))
+    assert th == pytest.approx(tf / 2, rel=0.01)
+
+
+# ---------------------------------------------------------------- the step
+def test_small_batches_wait_on_the_host_and_large_ones_on_the_gpu(resnet):
+    fam, a100, amp = resnet.operators.family("amp"), device("A100"), precision("amp-bf16")
+    small, large = step_times(fam, 1, a100, amp), step_times(fam, 256, a100, amp)
+    issue = (len(fam.ops) - 1) * HOST_OP_S      # the host issuing every kernel (no scaler for bf16)
+    assert issue <= small.step_s < 1.25 * issue           # eager overhead bound
+    assert small.host_bound_s > 0
+    assert large.step_s > 10 * issue and large.host_bound_s < 0.01 * large.step_s
+    per_sample = [step_times(fam, b, a100, amp).step_s / b for b in (1, 8, 64, 256)]
+    assert all(a > b for a, b in zip(per_sample, per_sample[1:]))
+
+
+def test_faster_gpus_and_lower_precisions_are_faster(resnet):
+    times = {}
+    for dev, prec in (("V100", "fp32"), ("V100", "amp-fp16"), ("A100", "tf32"), ("A100", "amp-bf16"),
+                      ("H100", "amp-bf16")):
+        m = ComputeModel.for_device(dev, resnet, batch_size=128, precision=prec)
+        times[dev, prec] = sum(m.phases(resnet)[:3])
+    order = [("V100", "fp32"), ("V100", "amp-fp16"), ("A100", "amp-bf16"), ("H100", "amp-bf16")]
+    assert all(times[a] > times[b] for a, b in zip(order, order[1:]))
+    assert times["V100", "fp32"] > times["A100", "tf32"] > times["A100", "amp-bf16"]
+
+
+def test_buckets_are_ready_in_order_inside_backward(resnet):
+    m = ComputeModel.for_device("A100", resnet, batch_size=64)
+    fwd, bwd, opt, ready = m.phases(resnet)
+    assert list(ready) == sorted(ready) and 0 < ready[0] and ready[-1] <= bwd
+
+
+def test_defaults_are_the_models_batch_and_the_gpus_usual_precision(resnet):
+    m = ComputeModel.for_device("A100", resnet)
+    assert (m.batch_size, m.precision, m.device) == (256, "amp-bf16", "A100-80GB")
+    assert "at batch 256 per GPU (the model's training batch)" in m.source
+    assert ComputeModel.for_device("V100", resnet).precision == "amp-fp16"
+    assert ComputeModel.for_device("K80", resnet).precision == "fp32"
+    assert ComputeModel.for_device("measured", resnet) == ComputeModel()
+
+
+def test_pure_bf16_halves_what_ddp_sends(mlp):
+    G = topologies.from_spec("switch:4,bw=10Gbit")
+    preds = {p: emulator.replay(mlp, G, transport="fp32",
+                                compute=ComputeModel.for_device("A100", mlp, batch_size=32, precision=p))
+             for p in ("amp-bf16", "bf16")}
+    assert preds["bf16"].bytes_per_gpu == pytest.approx(preds["amp-bf16"].bytes_per_gpu / 2)
+    fp16 = emulator.replay(mlp, G, transport="fp16",
+                           compute=ComputeModel.for_device("A100", mlp, batch_size=32, precision="amp-bf16"))
+    assert fp16.bytes_per_gpu == pytest.approx(preds["bf16"].bytes_per_gpu)
+
+
+def test_the_measuring_batch_does_not_move_the_prediction():
+    """Traces measured at batch 2 and 8 on this CPU predict the same step at batch 128."""
+    steps = []
+    for b in (2, 8):
+        trace = qsgd.measure("mlp", CFG, iterations=1, batch_size=b, device="cpu", seed=0)
+        m = ComputeModel.for_device("H100", trace, batch_size=128, precision="amp-bf16")
+        steps.append(m.phases(trace))
+    assert steps[0] == steps[1]
+
+
+_CHILD = """
+import json, sys, qsgd, emulator
+trace = qsgd.PayloadTrace.load(sys.argv[1])
+m = emulator.ComputeModel.for_device("A100", trace, batch_size=96, precision="amp-fp16")
+print(json.dumps([m.phases(trace), m.codec(trace, 0, trace.config)]))
+"""
+
+
+def _burn(seconds):
+    import time
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
+def test_a_busy_and_a_quiet_machine_give_identical_seconds(resnet, tmp_path):
+    path = tmp_path / "t.json"
+    resnet.save(path)
+
+    def child():
+        return subprocess.run([sys.executable, "-c", _CHILD, str(path)], capture_output=True,
+                              text=True, check=True).stdout
+    quiet = child()
+    burners = [multiprocessing.Process(target=_burn, args=(20,)) for _ in range(2)]
+    for p in burners:
+        p.start()
+    try:
+        busy = child()
+    finally:
+        for p in burners:
+            p.terminate()
+    assert json.loads(quiet) == json.loads(busy)
+
+
+# ---------------------------------------------------------------- codec
+def test_the_codec_reproduces_its_measurement_and_scales_with_bandwidth():
+    n = 2**26
+    assert codec_seconds("encode", n, 4, device("H200")) == pytest.approx(8.2e-3, rel=1e-9)
+    assert codec_seconds("decode", n, 4, device("H200")) == pytest.approx(6.8e-3, rel=1e-9)
+    assert codec_seconds("encode", n, 2, device("H200")) == pytest.approx(6.6e-3, rel=1e-9)
+    a100 = codec_seconds("encode", n, 4, device("A100"))
+    fixed = 8 * rules.KERNEL_S
+    assert (a100 - fixed) / (8.2e-3 - fixed) == pytest.approx(4.8e12 / 2.039e12)
+    widths = [codec_seconds("encode", n, b, device("A100")) for b in (2, 3, 4, 6, 8, 12)]
+    assert all(a < b for a, b in zip(widths, widths[1:]))
+    assert codec_seconds("encode", 0, 4, device("A100")) == 0.0
+
+
+def test_the_models_codec_times_its_buckets_on_the_target(resnet):
+    m = ComputeModel.for_device("A100", resnet)
+    b = resnet.buckets[0]
+    enc, dec = m.codec(resnet, 0, CFG)
+    assert enc == codec_seconds("encode", b.compressed_numel, 4, device("A100"))
+    assert dec == codec_seconds("decode", b.compressed_numel, 4, device("A100"))
+    assert m.scaled(codec_scale=0.0).codec(resnet, 0, CFG) == (0.0, 0.0)
+
+
+def test_a_meta_trace_cannot_be_replayed_on_its_own_seconds(mlp):
+    with pytest.raises(emulator.ConfigError, match="meta device and holds no seconds"):
+        emulator.replay(mlp, topologies.from_spec("switch:4"), transport="fp32")
+
+
+def test_given_seconds_stretch_the_measured_ready_offsets():
+    trace = qsgd.measure("mlp", CFG, iterations=1, batch_size=2, device="cpu", seed=0)
+    fwd, bwd, opt, ready = ComputeModel.given(0.5, 0.4, 0.1).phases(trace)
+    assert (fwd, bwd, opt) == (0.5, 0.4, 0.1)
+    scale = 0.4 / trace.mean_iteration("backward_s")
+    assert ready == pytest.approx(tuple(trace.mean_ready_s(k) * scale for k in range(trace.num_buckets)))
+    with pytest.raises(emulator.ConfigError, match="ComputeModel.compute_scale"):
+        ComputeModel(compute_scale=-1.0)
+    assert math.isfinite(sum(ComputeModel().phases(trace)[:3]))

@@ -28,7 +28,9 @@ TRACE = make_trace()
 SPECS = ("switch:{N}", "cluster:dgx_a100x{N}")
 SIZES = (2, 4)
 QSGD_T = ("qsgd_allgather", "qsgd_scatter_reduce_allgather")
-GRID = dict(world_sizes=SIZES, bits=(32, 8, 4), transports=("fp32", *QSGD_T), topologies=SPECS)
+# the hand-made trace's own seconds: these tests are about the study's mechanics
+GRID = dict(world_sizes=SIZES, bits=(32, 8, 4), transports=("fp32", *QSGD_T), topologies=SPECS,
+            device="measured")
 #: (bits, transport) per (topology, world size), in row order
 COMBOS = [(32, "fp32"), (8, QSGD_T[0]), (8, QSGD_T[1]), (4, QSGD_T[0]), (4, QSGD_T[1])]
 
@@ -273,7 +275,7 @@ def test_json_round_trip_and_format(study, tmp_path):
     path = tmp_path / "study.json"
     write_json(study, path)
     doc = json.loads(path.read_text())
-    assert doc["format"] == "qsgd-study" and doc["version"] == 2
+    assert doc["format"] == "qsgd-study" and doc["version"] == 3
     assert doc["config"]["world_sizes"] == [2, 4] and doc["config"]["topologies"] == list(SPECS)
     assert doc["rows"][doc["best"]] == study.best().to_dict()
     assert doc["timeline"] == study.prediction(study.best()).to_dict()
@@ -287,7 +289,7 @@ def test_json_round_trip_and_format(study, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(emulator.TraceError, match="version"):
         read_study(path)
-    doc["version"], doc["best"] = 2, 0
+    doc["version"], doc["best"] = 3, 0
     path.write_text(json.dumps(doc))
     with pytest.raises(emulator.TraceError, match="best: 0 is not the index"):
         read_study(path)
@@ -296,6 +298,19 @@ def test_json_round_trip_and_format(study, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(emulator.TraceError, match=r"rows\[3\]\.iteration_s: 'fast'"):
         read_study(path)
+
+
+def test_version_2_files_are_still_read(study, tmp_path):
+    """A study.json of format version 2 (rows without precision) reads them 'as measured'."""
+    doc = {"format": "qsgd-study", "version": 2, "config": None,
+           "rows": [{k: v for k, v in r.to_dict().items() if k != "precision"} for r in study.rows],
+           "best": study.rows.index(study.best())}
+    path = tmp_path / "v2.json"
+    path.write_text(json.dumps(doc))
+    back = read_study(path)
+    assert [r.key for r in back.rows] == [r.key for r in study.rows]
+    assert {r.precision for r in back.rows} == {"as measured"}
+    assert [r.iteration_s for r in back.rows] == [r.iteration_s for r in study.rows]
 
 
 def test_version_1_files_are_still_read(study, tmp_path):
@@ -471,8 +486,11 @@ def test_report_opens_offline_in_a_browser(report):
     ({"bits": (17,)}, "bits"),
     ({"transports": ("fp8",)}, "transports"),
     ({"topologies": ("",)}, "topologies"),
-    ({"device": "B200"}, "device"),
+    ({"device": "TPUv5"}, "device"),
     ({"compute": "fast"}, "compute"),
+    ({"precision": "fp4"}, "precision"),
+    ({"batch_size": 0}, "batch_size"),
+    ({"batch_size": 2.5}, "batch_size"),
 ])
 def test_config_errors_name_the_field(kw, field):
     args = {**GRID, "trace": TRACE, **kw}
@@ -495,7 +513,7 @@ def test_run_errors_before_any_work():
 def _study_argv(trace_path, out) -> list[str]:
     return ["study", "--trace", str(trace_path), "--world-sizes", "2,4", "--bits", "32,8,4",
             "--transports", "fp32," + ",".join(QSGD_T), "--topology", SPECS[0], "--topology", SPECS[1],
-            "--out", str(out)]
+            "--device", "measured", "--out", str(out)]
 
 
 def test_study_command_end_to_end(study, rows, tmp_path, capsys):
@@ -532,13 +550,17 @@ def test_study_command_end_to_end(study, rows, tmp_path, capsys):
     (["--world-sizes", "2,x"], "--world-sizes must be comma-separated integers"),
     (["--transports", "fp8"], "transports"),
     (["--topology", "nosuchfamily:4"], "nosuchfamily"),
-    (["--device", "B200"], "device"),
+    (["--device", "TPUv5"], "device"),
+    (["--batch-size", "0"], "--batch-size must be a positive integer, got '0'"),
+    (["--precision", "fp4"], "--precision"),
+    (["--device", "V100", "--precision", "amp-bf16"], "needs bf16 units, which V100 does not have"),
+    (["--device", "auto", "--topology", "switch:{N}"], "does not name its GPU"),
 ])
 def test_study_command_bad_options_exit_2(tmp_path, capsys, extra, needle):
     trace_path = tmp_path / "trace.json"
-    TRACE.save(trace_path)
+    qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta").save(trace_path)
     argv = ["study", "--trace", str(trace_path), "--world-sizes", "2", "--bits", "32",
-            "--out", str(tmp_path / "o")] + extra
+            "--device", "measured", "--out", str(tmp_path / "o")] + extra
     try:
         code = cli.main(argv)
     except SystemExit as exc:  # argparse's own errors
@@ -558,21 +580,28 @@ def test_study_command_bad_trace_names_the_field(tmp_path, capsys):
 
 
 def test_study_command_timeline_uses_the_rows_compute_model(tmp_path, capsys):
-    """With a target device, the host is measured once: the report's timeline (end of
-    backward) is on the same compute model as the rows (a CPU trace scaled to A100 here)."""
+    """With a target device, the rows and the report's timeline (end of backward) come from
+    one compute model: the trace's operators timed on an A100 at the batch asked for, said on
+    stderr with what was assumed."""
     trace_path = tmp_path / "trace.json"
-    TRACE.save(trace_path)
+    trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta")
+    trace.save(trace_path)
     out = tmp_path / "o"
     assert cli.main(["study", "--trace", str(trace_path), "--world-sizes", "4", "--bits", "32,4",
-                     "--topology", "switch:{N}", "--device", "A100", "--out", str(out)]) == 0
-    capsys.readouterr()
+                     "--topology", "switch:{N}", "--device", "A100", "--batch-size", "512",
+                     "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "compute on switch:{N}: A100-80GB amp-bf16 at batch 512 per GPU (given)" in err
     rows_ = read_study(out / "study.json").rows
-    assert rows_[0].device == "A100" and rows_[0].compute_s < 6.3e-3
+    assert rows_[0].device == "A100-80GB" and rows_[0].precision == "amp-bf16"
+    assert rows_[0].batch_size == 512
+    model = ComputeModel.for_device("A100", trace, batch_size=512)
+    fwd_m, bwd_m, opt_m, _ = model.phases(trace)
+    assert rows_[0].compute_s == pytest.approx(fwd_m + bwd_m + opt_m, rel=1e-12)
     timeline = plotly_figures((out / "report.html").read_text(encoding="utf-8"))[3]
-    # forward + backward = 6.2 of the 6.3 ms of compute, whatever the scale
     compute = [t for t in timeline["data"] if t["y"] == ["compute"]]
     fwd, bwd = compute[0]["x"][0], compute[1]["x"][0]
-    assert fwd + bwd == pytest.approx(rows_[0].compute_s * 6.2 / 6.3, rel=1e-9)
+    assert fwd + bwd == pytest.approx(fwd_m + bwd_m, rel=1e-9)
     # and the timeline shows a QSGD row (the fastest of them), not fp32
     assert "timeline of one iteration: qsgd_" in timeline["layout"]["title"]["text"]
 

@@ -1,0 +1,248 @@
+"""How long one training iteration computes on the target GPU (:class:`ComputeModel`).
+
+Three ways to get the seconds the replay needs (forward, backward with each DDP bucket's
+ready time, the optimizer step, and each bucket's QSGD encode and decode):
+
+- **operators** (:meth:`ComputeModel.for_device`): the trace's operator records
+  (:mod:`qsgd.operators`) timed on a GPU of :data:`~emulator.compute.devices.DEVICES` at a
+  per-GPU batch and a precision (:mod:`~emulator.compute.rules`,
+  :mod:`~emulator.compute.timeline`), the codec from the bytes its kernels move
+  (:mod:`~emulator.compute.codec`). Nothing of the measuring machine enters: the same trace
+  gives the same seconds on any machine, busy or quiet.
+- **measured** (:meth:`ComputeModel.measured`): the trace's own seconds, for replaying a trace
+  on the machine it was measured on (the namespace testbed, a GPU trace as it ran).
+- **given** (:meth:`ComputeModel.given`): forward, backward and optimizer seconds from the user.
+
+``compute_scale`` and ``codec_scale`` multiply the result of any of them (0 makes compute or
+the codec free, which the replay's limit tests use).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from emulator.errors import ConfigError
+from emulator._checks import is_int, is_number
+from .codec import codec_seconds
+from .devices import device as device_named
+from .precisions import default_precision, precision as precision_named
+from .timeline import step_times
+
+
+def _seconds(name: str, value) -> float | None:
+    if value is None:
+        return None
+    if not is_number(value) or not math.isfinite(value) or value < 0:
+        raise ConfigError(f"{name} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class ComputeModel:
+    """Compute seconds of one iteration (module docstring).
+
+    Parameters
+    ----------
+    compute_scale, codec_scale : float
+        Multiply the compute seconds (forward, backward, ready times, optimizer) and the
+        codec's seconds.
+    forward_s, backward_s, optimizer_s : float or None
+        Phase seconds; None takes the trace's measured ones.
+    ready_s : tuple of float or None
+        Per bucket of the trace the model was built for, seconds from the start of backward
+        until the bucket is ready; None takes the measured offsets (stretched to
+        ``backward_s`` when that is given).
+    device : str
+        The target GPU (a :data:`~emulator.compute.devices.DEVICES` key), ``"measured"`` or
+        ``"custom"``.
+    precision : str or None
+        The training precision (:data:`~emulator.compute.precisions.PRECISIONS`).
+    batch_size : int or None
+        Samples per GPU the seconds are for (None: the trace's).
+    grad_bytes : int
+        Bytes per gradient element DDP all-reduces at this precision (4, or 2 in pure bf16).
+    codec_device : str or None
+        The GPU whose memory times the codec; None replays the trace's measured codec seconds.
+    source : str
+        What was assumed, for the study's rows.
+
+    Examples
+    --------
+    ResNet-50 at batch 256 in bf16 autocast on an A100, from its operator records:
+
+    >>> import emulator, qsgd
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
+    ...                      device="meta", seed=0)
+    >>> m = emulator.ComputeModel.for_device("A100", trace, batch_size=256, precision="amp-bf16")
+    >>> m.device, m.precision, m.batch_size, m.grad_bytes
+    ('A100-80GB', 'amp-bf16', 256, 4)
+    >>> fwd, bwd, opt, ready = m.phases(trace)
+    >>> 0 < fwd < bwd and len(ready) == trace.num_buckets
+    True
+    """
+
+    compute_scale: float = 1.0
+    codec_scale: float = 1.0
+    forward_s: float | None = None
+    backward_s: float | None = None
+    optimizer_s: float | None = None
+    ready_s: tuple | None = None
+    device: str = "measured"
+    precision: str | None = None
+    batch_size: int | None = None
+    grad_bytes: int = 4
+    codec_device: str | None = None
+    source: str = "measured seconds"
+
+    def __post_init__(self):
+        for name in ("compute_scale", "codec_scale"):
+            v = getattr(self, name)
+            if not is_number(v) or not math.isfinite(v) or v < 0:
+                raise ConfigError(f"ComputeModel.{name} must be a finite number >= 0, got {v!r}")
+        for name in ("forward_s", "backward_s", "optimizer_s"):
+            _seconds(f"ComputeModel.{name}", getattr(self, name))
+        if self.ready_s is not None:
+            object.__setattr__(self, "ready_s", tuple(
+                _seconds(f"ComputeModel.ready_s[{k}]", v) for k, v in enumerate(self.ready_s)))
+        if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 1):
+            raise ConfigError(f"ComputeModel.batch_size must be a positive int, got {self.batch_size!r}")
+        if self.grad_bytes not in (2, 4):
+            raise ConfigError(f"ComputeModel.grad_bytes must be 2 or 4, got {self.grad_bytes!r}")
+        if self.codec_device is not None:
+            device_named(self.codec_device)
+
+    # ---------------------------------------------------------------- what replay asks
+    def phases(self, trace) -> tuple[float, float, float, tuple[float, ...]]:
+        """``(forward_s, backward_s, optimizer_s, ready_s)`` for ``trace``, ``ready_s`` one
+        offset into backward per bucket (seconds)."""
+        fwd_m = trace.mean_iteration("forward_s")
+        bwd_m = trace.mean_iteration("backward_s")
+        opt_m = trace.mean_iteration("optimizer_s")
+        fwd = fwd_m if self.forward_s is None else self.forward_s
+        opt = opt_m if self.optimizer_s is None else self.optimizer_s
+        bwd = bwd_m if self.backward_s is None else self.backward_s
+        if self.ready_s is not None:
+            if len(self.ready_s) != trace.num_buckets:
+                raise ConfigError(f"ComputeModel.ready_s has {len(self.ready_s)} buckets, the "
+                                  f"trace {trace.num_buckets}: it was built for another trace")
+            ready = self.ready_s
+        else:
+            stretch = bwd / bwd_m if self.backward_s is not None and bwd_m > 0 else 1.0
+            if self.backward_s is not None and bwd_m == 0:
+                stretch = 0.0
+            ready = tuple(trace.mean_ready_s(k) * stretch for k in range(trace.num_buckets))
+        s = self.compute_scale
+        return fwd * s, bwd * s, opt * s, tuple(r * s for r in ready)
+
+    def codec(self, trace, k: int, cfg) -> tuple[float, float]:
+        """``(encode_s, decode_s)`` of ``trace``'s bucket ``k`` at QSGD config ``cfg`` (one
+        payload each way; the compressed elements only)."""
+        b = trace.buckets[k]
+        if b.compressed_numel == 0:
+            return 0.0, 0.0
+        if self.codec_device is not None:
+            dev = device_named(self.codec_device)
+            enc = codec_seconds("encode", b.compressed_numel, cfg.bits, dev)
+            dec = codec_seconds("decode", b.compressed_numel, cfg.bits, dev)
+        else:
+            import qsgd
+
+            enc, dec = trace.mean_encode_s(k), trace.mean_decode_s(k)
+            measured = trace.mean_payload_bytes(k)
+            if cfg != trace.config and measured > 0:
+                ratio = qsgd.payload_nbytes(b.compressed_numel, cfg) / measured
+                enc, dec = enc * ratio, dec * ratio
+        return enc * self.codec_scale, dec * self.codec_scale
+
+    def to_dict(self) -> dict:
+        return {"device": self.device, "precision": self.precision, "batch_size": self.batch_size,
+                "grad_bytes": self.grad_bytes, "source": self.source,
+                "compute_scale": self.compute_scale, "codec_scale": self.codec_scale,
+                "forward_s": self.forward_s, "backward_s": self.backward_s,
+                "optimizer_s": self.optimizer_s, "codec_device": self.codec_device}
+
+    # ---------------------------------------------------------------- constructors
+    @classmethod
+    def measured(cls) -> "ComputeModel":
+        """The trace's seconds as measured."""
+        return cls()
+
+    @classmethod
+    def given(cls, forward_s: float, backward_s: float, optimizer_s: float = 0.0, *,
+              codec_scale: float = 1.0) -> "ComputeModel":
+        """User-given compute seconds (encode/decode: measured times times ``codec_scale``)."""
+        for name, v in (("forward_s", forward_s), ("backward_s", backward_s), ("optimizer_s", optimizer_s)):
+            if v is None:
+                raise ConfigError(f"ComputeModel.given: {name} is required, got None")
+        return cls(1.0, codec_scale, forward_s, backward_s, optimizer_s, device="custom",
+                   source="user-given seconds")
+
+    @classmethod
+    def for_device(cls, target: str, trace, *, batch_size: int | None = None,
+                   precision: str | None = None) -> "ComputeModel":
+        """``trace``'s step timed from its operator records on GPU ``target``.
+
+        Parameters
+        ----------
+        target : str
+            A :data:`~emulator.compute.devices.DEVICES` key or alias, or ``"measured"`` (the
+            trace's own seconds).
+        trace : qsgd.PayloadTrace
+            With operator records (``trace.operators``; ``qsgd-emu measure`` records them).
+        batch_size : int, optional
+            Samples per GPU (default: the model's training batch, else the trace's).
+        precision : str, optional
+            A :data:`~emulator.compute.precisions.PRECISIONS` key (default: what people train
+            with on ``target``, :func:`~emulator.compute.precisions.default_precision`).
+        """
+        if target == "measured":
+            return cls()
+        dev = device_named(target)
+        prec = default_precision(dev) if precision is None else precision_named(precision)
+        prec.check(dev)
+        ops = getattr(trace, "operators", None)
+        if ops is None:
+            raise ConfigError(f"trace of {trace.model!r} has no operator records to time on "
+                              f"{dev.name}: measure it again with this version (qsgd-emu measure)")
+        assumed = "given"
+        if batch_size is None:
+            batch_size = ops.training_batch_size or trace.batch_size
+            assumed = "the model's training batch" if ops.training_batch_size else "the trace's batch"
+        if not is_int(batch_size) or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
+        times = step_times(ops.family(prec.family), batch_size, dev, prec)
+        ready = tuple(max((times.ready_s.get(p, times.backward_s) for p in b.params), default=0.0)
+                      for b in trace.buckets)
+        source = (f"{dev.name} {prec.name} at batch {batch_size} per GPU ({assumed}): per-operator "
+                  f"roofline of the trace's operators ({dev.source}); codec from its bytes at "
+                  f"{dev.mem_bandwidth / 1e9:.0f} GB/s")
+        return cls(1.0, 1.0, times.forward_s, times.backward_s, times.optimizer_s, ready,
+                   device=dev.name, precision=prec.name, batch_size=batch_size,
+                   grad_bytes=prec.grad_bytes, codec_device=dev.name, source=source)
+
+    @classmethod
+    def for_topology(cls, G, trace, *, device: str = "auto", batch_size: int | None = None,
+                     precision: str | None = None) -> "ComputeModel":
+        """:meth:`for_device` on topology ``G``'s own GPU (``device="auto"``), or on
+        ``device`` (a GPU, or ``"measured"``).
+
+        Raises ConfigError when ``G`` names no GPU and none is given.
+
+        >>> import qsgd, topologies
+        >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta")
+        >>> ComputeModel.for_topology(topologies.from_spec("cluster:dgx_h100x1"), trace).device
+        'H100-SXM'
+        """
+        from .devices import DEVICES, device_of
+
+        if device == "auto":
+            dev = device_of(G)
+            if dev is None:
+                raise ConfigError(f"topology {G.graph.get('name', '?')!r} does not name its GPU; "
+                                  f"give a device (one of {sorted(DEVICES)}) or 'measured'")
+            device = dev.name
+        return cls.for_device(device, trace, batch_size=batch_size, precision=precision)
+
+    def scaled(self, compute_scale: float = 1.0, codec_scale: float = 1.0) -> "ComputeModel":
+        """The same model with other scales."""
+        return replace(self, compute_scale=compute_scale, codec_scale=codec_scale)
