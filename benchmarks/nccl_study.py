@@ -38,7 +38,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from qsgd_emu.commands.demo import DEFAULT_TOPOLOGIES
 
-    trace = qsgd.PayloadTrace.load(args.trace)
+    trace = qsgd.add_operators(qsgd.PayloadTrace.load(args.trace))
     base = StudyConfig(trace=trace, world_sizes=args.world_sizes, bits=args.bits,
                        topologies=tuple(args.topology or DEFAULT_TOPOLOGIES), device=args.device)
     compute = ComputeModel.for_device(args.device, trace)

@@ -106,7 +106,7 @@ def main(argv=None) -> int:
                     help="instead: compare collective by collective at this world size")
     args = ap.parse_args(argv)
 
-    trace = qsgd.PayloadTrace.load(args.trace)
+    trace = qsgd.add_operators(qsgd.PayloadTrace.load(args.trace))
     cfg = StudyConfig(trace=trace, world_sizes=args.world_sizes, topologies=TOPOLOGIES,
                       bits=(32, 16, 8, 4, 2), device="A100",
                       compute=ComputeModel.for_device("A100", trace))

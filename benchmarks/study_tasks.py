@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap.add_argument("--approximate", action="store_true",
                     help="the study's approximate mode (StudyConfig(exact=False))")
     args = ap.parse_args(argv)
-    trace = qsgd.PayloadTrace.load(args.trace)
+    trace = qsgd.add_operators(qsgd.PayloadTrace.load(args.trace))
     cfg = emulator.StudyConfig(trace=trace, world_sizes=(args.world_size,), bits=(32, 16, 8, 4, 2),
                                topologies=(args.topology,), device=args.device,
                                exact=not args.approximate)

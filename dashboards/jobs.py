@@ -297,11 +297,15 @@ def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size:
 CPU_MEASURE_MAX_PARAMETERS = 400_000_000
 
 
-def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
-    """The PayloadTrace of a study: the uploaded one, else ``qsgd.measure`` of the model here.
+def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
+             run: bool = False):
+    """The PayloadTrace of a study: the uploaded one, else the model's.
 
-    A measured trace is kept under ``params["cache_dir"]/traces`` so that the next study of
-    the same model, bit width and bucket size starts at once.
+    The model's is its layout and operators recorded on the meta device (no step runs, any
+    size; the compute model times it on the GPU), or, with ``run`` or the device
+    ``"measured"``, ``qsgd.measure`` of real steps on this CPU (real gradients: their
+    variance, the codec's seconds here), kept under ``params["cache_dir"]/traces`` so that
+    the next study of the same model, bit width and bucket size starts at once.
     """
     import qsgd
 
@@ -312,6 +316,13 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
             raise DashboardError(f"whatif-trace-upload: {exc}") from None
     qsgd_bits = [b for b in params["bits"] if b < 16]
     bits = min(qsgd_bits) if qsgd_bits else 8
+    if not run and params.get("device") != "measured":
+        progress(0, 1, f"recording {params['model']}'s layout and operators (meta device)")
+        try:
+            cfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=int(params["bucket_size"]))
+            return qsgd.measure(params["model"], cfg, device="meta")
+        except ValueError as exc:
+            raise DashboardError(f"whatif-model: {params['model']!r}: {exc}") from None
     cache = _trace_cache_path(params.get("cache_dir"), params["model"], bits, params["bucket_size"])
     if cache and os.path.exists(cache):
         return qsgd.PayloadTrace.load(cache)
@@ -366,7 +377,8 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     config = api("emulator", "StudyConfig")(
         world_sizes=tuple(params["world_sizes"]), bits=tuple(params["bits"]),
         transports=tuple(dense + list(params["transports"])), topologies=(spec,), trace=trace,
-        device=params.get("device") or "measured")
+        device=params.get("device") or "auto", batch_size=params.get("batch_size"),
+        precision=params.get("precision"))
     total = [1]
 
     def on_progress(done, todo=None, *_):
@@ -389,7 +401,7 @@ def recommend_job(params: Mapping[str, Any], progress: Progress = _no_progress) 
     """Run :func:`emulator.recommend`: the :meth:`~emulator.Recommendation.to_dict` of the
     form's model (measured here with variance records, cached) or uploaded trace, topology,
     world size and budget, plus ``"text"``: the configuration to paste."""
-    trace = workload(dict(params, bits=[4]), progress)
+    trace = workload(dict(params, bits=[4]), progress, run=True)
     spec = _topology_spec(params)
     emulator_ = __import__("emulator")
     w = int(params["world_size"])
@@ -408,8 +420,10 @@ def recommend_job(params: Mapping[str, Any], progress: Progress = _no_progress) 
                                                            "qsgd_allgather", w))
         else:
             budget = emulator_.Budget(**{kind: float(value)})
-        compute = emulator_.ComputeModel.for_device(params.get("device") or "measured", trace)
         G = emulator_.topology_for(spec, w)
+        compute = emulator_.ComputeModel.for_topology(
+            G, trace, device=params.get("device") or "auto", batch_size=params.get("batch_size"),
+            precision=params.get("precision"))
         rec = emulator_.recommend(trace, G, world_size=w, budget=budget, compute=compute,
                                   transports=tuple(params["transports"]), progress=on_progress)
     except ValueError as exc:

@@ -112,7 +112,8 @@ FAMILIES: dict[str, Family] = {
         "gpus": ("gpus", _int), "gpus_per_switch": ("gpus_per_switch", _int),
         "gen": ("pcie_gen", _int), "pcie_gen": ("pcie_gen", _int),
         "nic_bw": ("nic_bandwidth", parse_bandwidth), "nics": ("nics", _int),
-    }, ("gpus",), "pcie_box:gpus=8,gen=4"),
+        "gpu": ("gpu_model", _str),
+    }, ("gpus",), "pcie_box:gpus=8,gen=4,gpu=RTX4090"),
     "cluster": Family(cluster, {
         "machines": (("node", "nodes"), _node_count),
         "node": ("node", _str), "nodes": ("nodes", _int), "fabric": ("fabric", _str),

@@ -19,7 +19,6 @@ import os
 from qsgd_emu.commands import study as study_cmd
 
 DEFAULT_TOPOLOGIES = ("cluster:dgx_a100x{N}", "cluster:dgx_a100x{N},nic_bw=25Gbit")
-DEFAULT_DEVICE = "A100"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,8 +29,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     # all-to-all share links, so every collective runs through the event loop, and each
     # doubling of the GPUs costs about 2-4x; in the (default) approximate mode the study takes
     # about 4 minutes on the 2-core development machine (benchmarks/RESULTS.md).
-    parser.set_defaults(world_sizes="8,16,32,64,128,256,512,1024", device=DEFAULT_DEVICE,
-                        workers=default_workers())
+    parser.set_defaults(world_sizes="8,16,32,64,128,256,512,1024", workers=default_workers())
 
 
 def default_workers() -> int:
@@ -52,7 +50,8 @@ def run(args) -> int:
     if args.trace:
         trace = qsgd.PayloadTrace.load(args.trace)
     else:
-        trace = study_cmd.measure_trace(args.model, args.measure_bits, args.batch_size, args.iterations)
+        trace = study_cmd.measure_trace(args.model, args.measure_bits, args.measure_batch_size,
+                                        args.iterations)
         os.makedirs(args.out, exist_ok=True)
         trace.save(os.path.join(args.out, "trace.json"))
     return study_cmd.run_with(args, trace)

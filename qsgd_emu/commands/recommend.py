@@ -19,6 +19,7 @@ import json
 import os
 import sys
 
+from qsgd_emu import computeargs
 from qsgd_emu.commands.study import int_list, _names
 from qsgd_emu.outputs import output_file
 
@@ -29,8 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH", help="a PayloadTrace with variance records (qsgd-emu measure)")
     src.add_argument("--model", help="measure this model first (name or pkg.mod:Class)")
-    parser.add_argument("--batch-size", type=int,
-                        help="samples per iteration when measuring (default: 32 on CUDA, 2 on CPU)")
+    parser.add_argument("--measure-batch-size", type=computeargs.positive_int("measure-batch-size"),
+                        help="samples per iteration when measuring (default: 32 on CUDA, 2 on "
+                             "CPU); what is predicted is --batch-size")
     parser.add_argument("--iterations", type=int, default=2, help="measured iterations")
     parser.add_argument("--topology", default="cluster:dgx_a100x{N}", metavar="SPEC",
                         help="topology spec; {N} = machines for the world size, {n} = GPUs")
@@ -47,8 +49,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated compressed transports allowed")
     parser.add_argument("--bits", type=int_list("bits"),
                         help="comma-separated widths allowed (default: all the trace measured)")
-    parser.add_argument("--device", default="measured",
-                        help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
+    computeargs.add_arguments(parser)
     parser.add_argument("--exhaustive", action="store_true",
                         help="evaluate every combination instead of the greedy search (small cases)")
     parser.add_argument("--workers", type=_workers_arg, default="auto",
@@ -147,11 +148,17 @@ def run(args) -> int:
         trace = qsgd.PayloadTrace.load(args.trace)
     else:
         from qsgd_emu.commands.study import measure_trace
-        trace = measure_trace(args.model, 4, args.batch_size, args.iterations)
-    compute = emulator.ComputeModel.for_device(args.device, trace)
+        trace = measure_trace(args.model, 4, args.measure_batch_size, args.iterations)
+    if args.device != "measured":
+        trace = computeargs.ensure_operators(trace)
     out = []
     for w in args.world_sizes:
         G = emulator.topology_for(args.topology, w)
+        compute = emulator.ComputeModel.for_topology(G, trace, device=args.device,
+                                                     batch_size=args.batch_size,
+                                                     precision=args.precision)
+        if w == args.world_sizes[0]:
+            computeargs.say_assumed({args.topology: compute})
         progress = None if args.json else (lambda msg, w=w: print(f"  {w} GPUs: {msg}", file=sys.stderr,
                                                                    flush=True))
         rec = emulator.recommend(trace, G, world_size=w, budget=_budget(args, trace, w),
@@ -161,7 +168,8 @@ def run(args) -> int:
         out.append(rec)
         if not args.json:
             print(format_text(rec), flush=True)
-    doc = {"model": trace.model, "topology": args.topology, "device": args.device,
+    doc = {"model": trace.model, "topology": args.topology, "device": compute.device,
+           "precision": compute.precision, "batch_size": compute.batch_size,
            "recommendations": [r.to_dict() for r in out]}
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)

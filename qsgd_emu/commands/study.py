@@ -12,12 +12,14 @@ the rows as JSON). A progress bar goes to stderr.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
 import sys
 import time
 
+from qsgd_emu import computeargs
 from qsgd_emu.outputs import output_dir
 
 TRANSPORT_NAMES = ("fp32", "fp16", "qsgd_allgather", "qsgd_scatter_reduce_allgather")
@@ -50,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
         src.add_argument("--trace", metavar="PATH", help="a PayloadTrace from qsgd-emu measure")
         src.add_argument("--model", help="measure this model first (name or pkg.mod:Class)")
     parser.add_argument("--measure-bits", type=int, default=4, help="QSGD bits when measuring")
-    parser.add_argument("--batch-size", type=int,
-                        help="samples per iteration when measuring (default: 32 on CUDA, 2 on CPU)")
+    parser.add_argument("--measure-batch-size", type=computeargs.positive_int("measure-batch-size"),
+                        help="samples per iteration when measuring (default: 32 on CUDA, 2 on "
+                             "CPU); what is predicted is --batch-size")
     parser.add_argument("--iterations", type=int, default=2, help="measured iterations")
     parser.add_argument("--topology", action="append", metavar="SPEC",
                         help="topology spec, repeatable; {N} = machines for the world size, {n} = "
@@ -62,8 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
                         help="32 = fp32, 16 = fp16 (and QSGD 16), 2..15 QSGD")
     parser.add_argument("--transports", type=_names, default=",".join(TRANSPORT_NAMES),
                         help="comma-separated transports")
-    parser.add_argument("--device", default="measured",
-                        help="target accelerator of the compute model: measured, K80, V100, A100, H100, H200")
+    computeargs.add_arguments(parser)
     parser.add_argument("--algorithm", default="nccl",
                         help="allreduce algorithm of fp32/fp16: nccl (as NCCL runs it), or ring, "
                              "tree, ... for the textbook ones")
@@ -143,13 +145,17 @@ def run_with(args, trace) -> int:
     """Run the study of ``args`` on ``trace``, write DIR/study.{csv,json}, report.html, print."""
     import emulator
 
-    # One compute model for the rows and the report's timeline alike.
-    compute = emulator.ComputeModel.for_device(args.device, trace)
+    if args.device != "measured":
+        trace = computeargs.ensure_operators(trace)
     cfg = emulator.StudyConfig(trace=trace, world_sizes=args.world_sizes, bits=args.bits,
                                transports=args.transports,
                                topologies=tuple(args.topology or DEFAULT_TOPOLOGIES),
-                               device=args.device, algorithm=args.algorithm, compute=compute,
-                               exact=args.exact)
+                               device=args.device, algorithm=args.algorithm, exact=args.exact,
+                               batch_size=args.batch_size, precision=args.precision)
+    # One compute model per topology for the rows and the report's timeline, said up front.
+    models = emulator.resolve_compute(cfg)
+    computeargs.say_assumed(models)
+    cfg = dataclasses.replace(cfg, compute=models)
     for note in emulator.placement_notes(cfg):
         print(f"note: {note}", file=sys.stderr)
     if not args.time_limit > 0:
@@ -162,9 +168,9 @@ def run_with(args, trace) -> int:
     study.save_json(os.path.join(args.out, "study.json"))
     report = emulator.write_report(
         study, os.path.join(args.out, "report.html"), title=f"QSGD what-if study: {trace.model}",
-        notes=f"Measured on {trace.device_name} (batch {trace.batch_size} per GPU); compute "
-              f"model: {study.rows[0].device}. Speedups are against fp32 allreduce at the same "
-              f"size and topology.")
+        notes=f"Payloads measured on {trace.device_name}; compute: "
+              f"{'; '.join(sorted({m.source for m in models.values()}))}. Speedups are against "
+              f"fp32 allreduce at the same size and topology.")
     if args.json:
         print(json.dumps([r.to_dict() for r in study.rows], indent=1))
     else:
@@ -180,5 +186,5 @@ def run(args) -> int:
     if args.trace:
         trace = qsgd.PayloadTrace.load(args.trace)
     else:
-        trace = measure_trace(args.model, args.measure_bits, args.batch_size, args.iterations)
+        trace = measure_trace(args.model, args.measure_bits, args.measure_batch_size, args.iterations)
     return run_with(args, trace)

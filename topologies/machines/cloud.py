@@ -30,7 +30,7 @@ def p4d() -> nx.Graph:
     >>> sorted(n for n, d in p4d().nodes(data=True) if d["kind"] == "nic")
     ['nic0', 'nic1', 'nic2', 'nic3']
     """
-    return nvswitch_box("p4d", "A100-SXM4", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa",
+    return nvswitch_box("p4d", "A100-SXM4-40GB", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa",
                         in_order_128=False)
 
 
@@ -40,7 +40,7 @@ def p4de() -> nx.Graph:
     Sources: AWS EC2 P4 instance page (p4de.24xlarge: 8 A100 80GB, 600 GB/s NVSwitch,
     400 Gbps EFA; NCCL runs Simple only between p4de nodes, as on p4d).
     """
-    return nvswitch_box("p4de", "A100-SXM4", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa",
+    return nvswitch_box("p4de", "A100-SXM4-80GB", NVLINK3_GPU, 100 * GBIT, 4, nics=4, protocol="efa",
                         in_order_128=False)
 
 

@@ -41,9 +41,14 @@ SOCKET_LATENCY = 0.5e-6
 #: CUDA compute capability x 10 of each GPU model the presets use (NVIDIA CUDA GPUs list);
 #: the NCCL model reads it to pick its per-architecture constants.
 COMPUTE_CAPABILITY = {
-    "K80-GK210": 37, "V100-SXM2": 70, "A100-SXM4": 80, "H100-SXM5": 90, "H200-SXM": 90,
-    "B200-SXM": 100,
+    "K80-GK210": 37, "V100-SXM2": 70, "A100-SXM4": 80, "A100-SXM4-40GB": 80, "A100-SXM4-80GB": 80,
+    "H100-SXM5": 90, "H200-SXM": 90, "B200-SXM": 100,
+    # PCIe cards (pcie_box's ``gpu``)
+    "V100-PCIe": 70, "T4": 75, "A10": 86, "RTX3090": 86, "L40S": 89, "RTX4090": 89,
+    "H100-PCIe": 90, "RTX5090": 120,
 }
+#: The PCIe cards a :func:`~topologies.machines.pcie.pcie_box` can hold.
+PCIE_GPUS = ("V100-PCIe", "T4", "A10", "RTX3090", "L40S", "RTX4090", "H100-PCIe", "RTX5090")
 
 
 def nic(G: nx.Graph, node: str, bandwidth: float, protocol: str = "ib", *,

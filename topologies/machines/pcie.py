@@ -5,11 +5,11 @@ import networkx as nx
 
 from .._graph import add_link, add_node, check_int, check_positive, new_graph
 from ..errors import SpecError
-from .parts import EDR, PCIE_LATENCY, PCIE_X16, QPI, SOCKET_LATENCY, gpu, nic
+from .parts import EDR, PCIE_GPUS, PCIE_LATENCY, PCIE_X16, QPI, SOCKET_LATENCY, gpu, nic
 
 
 def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
-             nic_bandwidth: float = EDR, nics: int = 1) -> nx.Graph:
+             nic_bandwidth: float = EDR, nics: int = 1, gpu_model: str = "L40S") -> nx.Graph:
     """A PCIe-only GPU server: two sockets, PCIe switches with ``gpus_per_switch`` GPUs each.
 
     The usual 8-GPU PCIe layout (e.g. 8 x V100 PCIe, L40S or RTX cards in a 4U server): PCIe
@@ -30,6 +30,9 @@ def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
         Line rate of each NIC (bytes/s); default EDR 100 Gb/s.
     nics : int
         Number of NICs (>= 1, at most one per switch).
+    gpu_model : str
+        The cards (:data:`~topologies.machines.parts.PCIE_GPUS`; default the L40S, NVIDIA's
+        PCIe data-centre card of the Ada generation), which the compute model times.
 
     Examples
     --------
@@ -46,6 +49,8 @@ def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
     if pcie_gen not in PCIE_X16:
         raise SpecError(f"{fam}: pcie_gen={pcie_gen!r} must be one of {sorted(PCIE_X16)}")
     nic_bandwidth = check_positive(fam, "nic_bandwidth", nic_bandwidth)
+    if gpu_model not in PCIE_GPUS:
+        raise SpecError(f"{fam}: gpu={gpu_model!r} must be one of {list(PCIE_GPUS)}")
     switches = gpus // gpus_per_switch
     nics = check_int(fam, "nics", nics, 1)
     if nics > switches:
@@ -64,7 +69,7 @@ def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
             nic(G, f"nic{s}", nic_bandwidth)
             add_link(G, f"nic{s}", f"pcie{s}", bw, PCIE_LATENCY, "pcie")
     for g in range(gpus):
-        gpu(G, f"gpu{g}", g, "PCIe-GPU")
+        gpu(G, f"gpu{g}", g, gpu_model)
         add_link(G, f"gpu{g}", f"pcie{g // gpus_per_switch}", bw, PCIE_LATENCY, "pcie")
     return G
 

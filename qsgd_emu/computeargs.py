@@ -1,0 +1,56 @@
+"""The compute model's command-line inputs, shared by ``study``, ``demo`` and ``recommend``.
+
+``--device`` (default ``auto``: each topology's own GPU), ``--batch-size`` (samples per GPU;
+default: the model's training batch) and ``--precision`` (default: what people train with on
+the GPU). The chosen and the assumed values are printed, one line per topology.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def positive_int(name: str):
+    def parse(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"--{name} must be a positive integer, got {text!r}")
+        if v < 1:
+            raise argparse.ArgumentTypeError(f"--{name} must be a positive integer, got {text!r}")
+        return v
+    return parse
+
+
+def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> None:
+    """Add ``--device``, ``--batch-size`` and ``--precision`` to ``parser``."""
+    import emulator
+
+    devices = ", ".join(sorted(emulator.DEVICES))
+    parser.add_argument("--device", default=device,
+                        help="GPU the compute model times the model's operators on: auto (each "
+                             "topology's own GPU), measured (the trace's seconds as they are), or "
+                             f"one of {devices}")
+    parser.add_argument("--batch-size", type=positive_int("batch-size"), default=None,
+                        help="samples per GPU per iteration (default: the model's usual "
+                             "training batch)")
+    parser.add_argument("--precision", choices=list(emulator.PRECISIONS), default=None,
+                        help="training precision (default: amp-bf16 where the GPU has bf16 units, "
+                             "amp-fp16 on Volta/Turing, fp32 before)")
+
+
+def ensure_operators(trace):
+    """``trace`` with operator records (recorded from its model when an older trace lacks them)."""
+    import qsgd
+
+    if trace.operators is None:
+        print(f"note: the trace of {trace.model} has no operator records; recording them from "
+              f"the model (meta device)", file=sys.stderr)
+        trace = qsgd.add_operators(trace)
+    return trace
+
+
+def say_assumed(models: dict) -> None:
+    """One line per topology on stderr: what the compute model assumed."""
+    for spec, m in models.items():
+        print(f"compute on {spec}: {m.source}", file=sys.stderr)
