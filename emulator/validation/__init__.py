@@ -3,12 +3,15 @@
 Real collectives and training steps (measured by :mod:`testbench`, or NVIDIA nccl-tests logs
 read by :func:`import_nccl_tests`) arrive as a :class:`MeasuredTrace`; :func:`calibrate` fits
 link latency and bandwidth per link class; :func:`compare` predicts the other points with the
-emulator and scores them in a :class:`ValidationReport`.
+emulator and scores them in a :class:`ValidationReport`. :func:`validate_compute` checks the
+compute model against published single-GPU training throughput.
 """
 from .calibrate import Calibration, calibrate
+from .compute import ComputeCase, load_cases as load_compute_cases, predict_case, validate_compute
 from .compare import ValidationReport, compare
 from .nccl_tests import import_nccl_tests
 from .trace import CollectivePoint, MeasuredTrace, TrainingPoint
 
 __all__ = ["MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport",
-           "import_nccl_tests", "Calibration", "calibrate", "compare"]
+           "import_nccl_tests", "Calibration", "calibrate", "compare", "ComputeCase",
+           "load_compute_cases", "predict_case", "validate_compute"]

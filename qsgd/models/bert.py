@@ -7,6 +7,10 @@ positions, 2 token types, GELU, LayerNorm eps 1e-12, dropout 0.1). The encoder i
 (dense + tanh on the first token) feeding the next-sentence classifier, and the masked-LM head
 (dense + GELU + LayerNorm, then a decoder whose weight is the word embedding, with its own bias).
 
+``head="squad"`` replaces the pretraining heads with SQuAD's span head (one linear layer giving
+each position a start and an end logit, as ``BertForQuestionAnswering``), the fine-tuning task
+whose throughput GPU benchmarks publish (at 384 tokens).
+
 The default ``seq_len`` is 128: the paper pretrains at 128 tokens for 90% of the steps and at 512
 for the last 10% (Appendix A.2), so phase 1 at 128 is what pretraining throughput is mostly spent
 on (NVIDIA's DeepLearningExamples BERT recipe runs its phase 1 at 128 too, with at most 20
@@ -32,6 +36,8 @@ VARIANTS: dict[str, tuple[int, int, int, int, int, float]] = {
 VOCAB_SIZE = 30522
 MAX_POSITIONS = 512
 TYPE_VOCAB = 2
+#: the heads a BERT can carry (module docstring)
+HEADS = ("pretraining", "squad")
 #: the share of tokens the masked-LM task predicts (Section 3.1 of the paper)
 MASKED_SHARE = 0.15
 
@@ -57,6 +63,8 @@ class Bert(TokenWorkload, nn.Module):
     ----------
     variant : {"bert-base", "bert-large"}
         Size (:data:`VARIANTS`); the keywords below override its shape.
+    head : {"pretraining", "squad"}
+        The pretraining heads, or SQuAD's span head (the module docstring).
     seq_len : int
         Tokens per sample (128: pretraining phase 1; at most ``max_positions``).
     n_layer, n_embd, n_head, ffn_dim : int, optional
@@ -78,10 +86,14 @@ class Bert(TokenWorkload, nn.Module):
 
     def __init__(self, variant: str = "bert-base", *, seq_len: int = 128, n_layer: int | None = None,
                  n_embd: int | None = None, n_head: int | None = None, ffn_dim: int | None = None,
-                 vocab_size: int = VOCAB_SIZE, max_positions: int = MAX_POSITIONS, dropout: float = 0.1) -> None:
+                 vocab_size: int = VOCAB_SIZE, max_positions: int = MAX_POSITIONS, dropout: float = 0.1,
+                 head: str = "pretraining") -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
+        if head not in HEADS:
+            raise ConfigError(f"head must be one of {list(HEADS)}, got {head!r}")
+        self.head = head
         layers, width, heads, ffn, published, tolerance = VARIANTS[variant]
         shape = (check_int("n_layer", layers if n_layer is None else n_layer),
                  check_int("n_embd", width if n_embd is None else n_embd),
@@ -93,7 +105,8 @@ class Bert(TokenWorkload, nn.Module):
         if seq_len > max_positions:
             raise ConfigError(f"seq_len must be at most max_positions={max_positions}, got {seq_len}")
         dropout = check_dropout(dropout)
-        self.config = variant if shape == (layers, width, heads, ffn, VOCAB_SIZE, MAX_POSITIONS) else None
+        self.config = variant if shape == (layers, width, heads, ffn, VOCAB_SIZE, MAX_POSITIONS) \
+            and head == "pretraining" else None
         self.published_parameters = published if self.config else 0
         self.parameter_tolerance = tolerance
         self.seq_len, self.vocab_size = seq_len, vocab_size
@@ -106,12 +119,15 @@ class Bert(TokenWorkload, nn.Module):
         self.blocks = nn.ModuleList(
             Block(n_embd, n_head, ffn_dim, norm_first=False, eps=1e-12, fused_qkv=False, dropout=dropout)
             for _ in range(n_layer))
-        self.pooler = nn.Linear(n_embd, n_embd)
-        self.nsp_head = nn.Linear(n_embd, 2)
-        self.mlm_dense = nn.Linear(n_embd, n_embd)
-        self.mlm_norm = nn.LayerNorm(n_embd, eps=1e-12)
-        self.mlm_decoder = nn.Linear(n_embd, vocab_size)
-        self.mlm_decoder.weight = self.word_embed.weight  # tied: one parameter
+        if head == "squad":
+            self.qa_outputs = nn.Linear(n_embd, 2)
+        else:
+            self.pooler = nn.Linear(n_embd, n_embd)
+            self.nsp_head = nn.Linear(n_embd, 2)
+            self.mlm_dense = nn.Linear(n_embd, n_embd)
+            self.mlm_norm = nn.LayerNorm(n_embd, eps=1e-12)
+            self.mlm_decoder = nn.Linear(n_embd, vocab_size)
+            self.mlm_decoder.weight = self.word_embed.weight  # tied: one parameter
         for m in self.modules():  # BERT's initializer_range 0.02; fills are no-ops on meta
             if isinstance(m, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(m.weight, mean=0.0, std=0.02)
@@ -127,6 +143,9 @@ class Bert(TokenWorkload, nn.Module):
         x = self.drop(self.embed_norm(x))
         for block in self.blocks:
             x = block(x)
+        if self.head == "squad":
+            start, end = self.qa_outputs(x).unbind(dim=-1)
+            return start, end
         nsp = self.nsp_head(torch.tanh(self.pooler(x[:, 0])))
         mlm = self.mlm_decoder(self.mlm_norm(F.gelu(self.mlm_dense(x))))
         return mlm, nsp
@@ -138,6 +157,10 @@ class Bert(TokenWorkload, nn.Module):
         ``max(1, round(0.15 * seq_len))`` distinct positions per sequence carry a random token id
         (19 of 128; Google's pretraining data cap them at 20 for 128 tokens).
         """
+        if self.head == "squad":   # a random answer span's start and end per sequence
+            spans = torch.randint(0, self.seq_len, (2, batch_size), generator=generator, device="cpu")
+            spans = spans.sort(dim=0).values
+            return tuple(t.to(device) if device is not None else t for t in spans)
         n_masked = max(1, round(MASKED_SHARE * self.seq_len))
         order = torch.rand((batch_size, self.seq_len), generator=generator, device="cpu").argsort(dim=1)
         tokens = torch.randint(0, self.vocab_size, (batch_size, self.seq_len), generator=generator,
@@ -152,7 +175,11 @@ class Bert(TokenWorkload, nn.Module):
 
     def loss(self, output: tuple[torch.Tensor, torch.Tensor],
              target: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-        """Masked-LM cross-entropy (mean over predicted positions) plus next-sentence cross-entropy."""
+        """Masked-LM cross-entropy (mean over predicted positions) plus next-sentence cross-entropy;
+        with the SQuAD head, the mean of the start and end positions' cross-entropies."""
+        if self.head == "squad":
+            (start, end), (s, e) = output, target
+            return (F.cross_entropy(start.float(), s) + F.cross_entropy(end.float(), e)) / 2
         (mlm, nsp), (mlm_labels, nsp_labels) = output, target
         mlm_loss = F.cross_entropy(mlm.reshape(-1, mlm.shape[-1]).float(), mlm_labels.reshape(-1),
                                    ignore_index=-100)

@@ -13,9 +13,15 @@ sees each call above autograd, so it can do both as the GPU would:
   is cached for the step, as autocast caches casts of leaf tensors that require grad. Autograd
   records the casts, so backward casts the gradients back exactly as under autocast.
 * **attention**: ``scaled_dot_product_attention`` becomes one operator forward and one
-  backward (kind ``"attention"``), with FLOPs by :func:`qsgd.operators.kinds.attention_flops`.
+  backward (kind ``"attention"``), with FLOPs by :func:`qsgd.operators.kinds.attention_flops`;
+  with ``fused_attention=False`` it is written out as code that does attention by hand does
+  (scores by a batched product, scaled, masked, softmax, dropout, a product with the values),
+  each step through autocast's lists as such code goes (the meta device's own math path
+  would compute half inputs in float32, as the CPU does).
 """
 from __future__ import annotations
+
+import math
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -91,9 +97,9 @@ class Functions(TorchFunctionMode):
     """The recorder's torch-function mode: autocast to ``amp_dtype`` (None: off) and fused
     attention recorded into ``recorder``."""
 
-    def __init__(self, recorder, amp_dtype: torch.dtype | None = None):
+    def __init__(self, recorder, amp_dtype: torch.dtype | None = None, fused_attention: bool = True):
         super().__init__()
-        self.recorder, self.amp_dtype = recorder, amp_dtype
+        self.recorder, self.amp_dtype, self.fused = recorder, amp_dtype, fused_attention
         self._cache: dict[int, torch.Tensor] = {}
 
     def _cast(self, value, dtype):
@@ -131,8 +137,32 @@ class Functions(TorchFunctionMode):
         if self.amp_dtype is not None:
             args, kwargs = self._autocast(name, args, kwargs)
         if name == "scaled_dot_product_attention":
-            return self._sdpa(*args, **kwargs)
+            return self._sdpa(*args, **kwargs) if self.fused else self._by_hand(*args, **kwargs)
         return func(*args, **kwargs)
+
+    def _call(self, name: str, fn, *args, **kwargs):
+        """``fn`` as autocast would run the torch function ``name``."""
+        if self.amp_dtype is not None:
+            args, kwargs = self._autocast(name, args, kwargs)
+        return fn(*args, **kwargs)
+
+    def _by_hand(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                 enable_gqa=False):
+        if enable_gqa and k.shape[-3] != q.shape[-3]:
+            reps = q.shape[-3] // k.shape[-3]
+            k, v = k.repeat_interleave(reps, dim=-3), v.repeat_interleave(reps, dim=-3)
+        scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+        scores = self._call("matmul", torch.matmul, q, k.transpose(-2, -1)) * scale
+        if is_causal:
+            s_q, s_k = q.shape[-2], k.shape[-2]
+            mask = torch.ones(s_q, s_k, dtype=torch.bool, device=q.device).triu(1)
+            scores = scores.masked_fill(mask, float("-inf"))
+        if attn_mask is not None:
+            scores = scores + attn_mask
+        probs = self._call("softmax", torch.softmax, scores, dim=-1)
+        if dropout_p > 0:
+            probs = torch.nn.functional.dropout(probs, dropout_p)
+        return self._call("matmul", torch.matmul, probs, v)
 
     def _sdpa(self, q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
               enable_gqa=False):

@@ -152,13 +152,13 @@ def _inputs(model, batch: int, dtype: torch.dtype, input_shape, channels_last: b
 
 
 def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Recorder,
-          ready: dict, channels_last: bool = False) -> None:
+          ready: dict, channels_last: bool = False, fused_attention: bool = True) -> None:
     """One forward, backward and (second) optimizer step, recorded into ``recorder``."""
     param_dtype, amp = _FAMILY[family]
     x, target = _inputs(model, batch, param_dtype, input_shape, channels_last)
     for p in model.parameters():
         p.grad = None
-    functions = Functions(recorder, amp)
+    functions = Functions(recorder, amp, fused_attention)
     recorder.rows.clear()
     ready.clear()
     with functions, recorder:
@@ -210,7 +210,7 @@ def _fit(rows1: list[dict], rows2: list[dict], family: str) -> tuple[Operator, .
 
 def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | None = None,
                      families: tuple[str, ...] = FAMILIES, optimizer: str | None = None,
-                     channels_last: bool = False) -> Operators:
+                     channels_last: bool = False, fused_attention: bool = True) -> Operators:
     """Every kernel of one training step of ``model``, in each precision family.
 
     Parameters
@@ -228,6 +228,9 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     channels_last : bool
         Lay 4-D activations and weights out channels-last (NHWC, ``torch.channels_last``), as
         ``model.to(memory_format=torch.channels_last)`` does; the default is torch's NCHW.
+    fused_attention : bool
+        ``scaled_dot_product_attention`` as one fused kernel each way (what PyTorch runs on a
+        GPU), or (False) its math decomposition, as hand-written attention runs.
 
     Returns
     -------
@@ -276,7 +279,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
         rows, readies = [], []
         try:
             for b in BATCHES:
-                _step(m, opt, family, b, input_shape, recorder, ready, channels_last)
+                _step(m, opt, family, b, input_shape, recorder, ready, channels_last,
+                      fused_attention)
                 rows.append(list(recorder.rows))
                 readies.append(dict(ready))
         finally:
@@ -288,6 +292,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
         out[family] = OperatorSet(family, _fit(rows[0], rows[1], family), readies[0], optimizer)
     tb = getattr(model, "training_batch_size", None)
     extra = {"memory_format": "channels_last"} if channels_last else {}
+    if not fused_attention:
+        extra["attention"] = "math"
     return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra)
 
 

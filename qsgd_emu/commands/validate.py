@@ -7,6 +7,8 @@ Actions::
     qsgd-emu validate testbed --hosts 4 --rate 1Gbit --out trace.json [options]
         Build a shaped multi-host network of Linux namespaces (root), run one rank per host.
     qsgd-emu validate import-nccl-tests LOG --out trace.json [--op allreduce] [--topology SPEC]
+    qsgd-emu validate compute [--cases PATH] [--out rows.json] [--json]
+        The compute model against published single-GPU training throughput.
     qsgd-emu validate calibrate TRACE [--topology SPEC] [--fit-sizes 1MiB,16MiB] [--json]
     qsgd-emu validate compare TRACE [--topology SPEC] [--calibration CAL.json] --out report.json
         [--html report.html] [--per-op] [--min-bytes 1MB] [--uncalibrated] [--json]
@@ -48,6 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=int, default=4, help="emulated hosts (one rank each)")
     p.add_argument("--rate", default="1Gbit", help="link rate of every host, each direction")
     p.add_argument("--wall-timeout", type=float, default=600.0, help="bound on the run, seconds")
+
+    p = sub.add_parser("compute", help="the compute model against published single-GPU "
+                                       "training throughput")
+    p.add_argument("--cases", default=None, metavar="PATH",
+                   help="a qsgd-published-compute JSON (default: the project's, "
+                        "tests/emulator/data/compute/published_throughput.json)")
+    p.add_argument("--ids", default=None, help="comma list of case ids (default all)")
+    p.add_argument("--out", default=None, type=output_file, help="write the rows as JSON here")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = sub.add_parser("import-nccl-tests", help="turn an nccl-tests log into a MeasuredTrace")
     p.add_argument("log", help="all_reduce_perf / all_gather_perf output (text or -J JSON)")
@@ -333,8 +344,33 @@ def _compare(args) -> int:
     return 0
 
 
+def _compute(args) -> int:
+    from emulator.validation import validate_compute
+
+    out = validate_compute(args.cases, ids=set(args.ids.split(",")) if args.ids else None)
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(out, fh, indent=1)
+            fh.write("\n")
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{'case':52s} {'GPU':10s} {'precision':9s} {'batch':>5s} {'published':>10s} "
+          f"{'predicted':>10s} {'error':>7s}")
+    for r in out["rows"]:
+        print(f"{r['id'][:52]:52s} {r['device']:10s} {r['precision']:9s} {r['batch_size']:5d} "
+              f"{r['published']:10.1f} {r['predicted']:10.1f} {r['error']:+7.1%}")
+    n = len(out["rows"])
+    print(f"{n} cases (samples/s): median |error| {out['median_abs_error']:.1%}, max "
+          f"{out['max_abs_error']:.1%}; within 10 %: {out['within_10']}, within 25 %: "
+          f"{out['within_25']}. Nothing in the compute model is fitted to these cases; "
+          f"benchmarks/RESULTS.md says why each miss misses.")
+    return 0
+
+
 ACTIONS = {"run": _run, "testbed": _testbed, "import-nccl-tests": _import,
-           "calibrate": _calibrate, "compare": _compare}
+           "calibrate": _calibrate, "compare": _compare, "compute": _compute}
 
 
 def run(args) -> int:

@@ -8,7 +8,20 @@ import emulator
 import qsgd
 import topologies
 from emulator.network import Network
-from tests.emulator.test_compute import _trace
+
+
+def _trace(device="cuda", device_name="NVIDIA A100-SXM4-80GB"):
+    it = {"index": 0, "forward_s": 0.1, "backward_s": 0.2, "optimizer_s": 0.01,
+          "buckets": [{"index": 0, "ready_s": 0.05, "payload_bytes": 1052, "raw_bytes": 40,
+                       "encode_s": 0.001, "decode_s": 0.002}]}
+    return qsgd.PayloadTrace.from_dict({
+        "format": "qsgd-payload-trace", "version": 1, "model": "m", "parameters": 2010,
+        "device": device, "device_name": device_name, "torch_version": "2.13.0", "batch_size": 2,
+        "input_shape": [4], "config": {"levels": 7, "bucket_size": 512, "norm": "max", "codec": "packed"},
+        "min_numel": 100, "bucket_cap_bytes": 26214400, "first_bucket_bytes": 1048576, "seed": 0,
+        "buckets": [{"index": 0, "numel": 2010, "params": ["w", "b"], "compressed_numel": 2000,
+                     "raw_numel": 10}],
+        "iterations": [it]})
 
 
 class FixedNetwork(Network):

@@ -1,0 +1,160 @@
+"""The compute model against published single-GPU training throughput (``validate compute``).
+
+Cases live in ``tests/emulator/data/compute/published_throughput.json`` (format
+``qsgd-published-compute``, version 1; its README names each source and how every figure was
+read). Each case says how this project builds its model (``zoo``: a
+:data:`qsgd.MODELS` name, its arguments and whether activations are channels-last), the GPU,
+the precision and the per-GPU batch; :func:`predict_case` records that model's operators on the
+meta device and times one training step with :func:`emulator.compute.step_times`, so the
+prediction is ``batch / step seconds``. Nothing in the compute model is fitted to these cases;
+where one misses, ``benchmarks/RESULTS.md`` says why.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+from dataclasses import dataclass, field
+
+from emulator.compute import device as device_named, precision as precision_named, step_times
+from emulator.errors import TraceError
+from emulator._checks import is_int, is_number
+
+FORMAT = "qsgd-published-compute"
+#: Where the published cases are kept (relative to the repository).
+DEFAULT_PATH = os.path.join("tests", "emulator", "data", "compute", "published_throughput.json")
+
+
+@dataclass(frozen=True)
+class ComputeCase:
+    """One published single-GPU training throughput (fields as in the file)."""
+
+    id: str
+    model: str
+    args: dict
+    channels_last: bool
+    fused_attention: bool
+    device: str
+    precision: str
+    batch_size: int
+    samples_per_s: float
+    source: str
+    notes: str = field(default="", compare=False)
+
+
+def _field(case: dict, key: str, where: str):
+    if key not in case:
+        raise TraceError(f"{where}.{key} is missing")
+    return case[key]
+
+
+def load_cases(path: str | os.PathLike | None = None) -> list[ComputeCase]:
+    """The cases of a ``qsgd-published-compute`` file; errors name the file and the field.
+
+    Examples
+    --------
+    >>> cases = load_cases()
+    >>> len(cases) >= 10 and all(c.samples_per_s > 0 for c in cases)
+    True
+    """
+    path = os.fspath(path or _default_path())
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != 1:
+        raise TraceError(f"{path}: format must be {FORMAT!r} version 1")
+    cases = doc.get("cases")
+    if not isinstance(cases, list) or not cases:
+        raise TraceError(f"{path}: cases must be a non-empty list")
+    out = []
+    for i, c in enumerate(cases):
+        where = f"{path}: cases[{i}]"
+        if not isinstance(c, dict):
+            raise TraceError(f"{where} must be an object, got {c!r}")
+        zoo = _field(c, "zoo", where)
+        if not isinstance(zoo, dict) or not isinstance(zoo.get("model"), str) \
+                or not isinstance(zoo.get("args", {}), dict):
+            raise TraceError(f"{where}.zoo must be {{'model': name, 'args': {{...}}}}, got {zoo!r}")
+        batch, rate = _field(c, "batch_size", where), _field(c, "samples_per_s", where)
+        if not is_int(batch) or batch < 1:
+            raise TraceError(f"{where}.batch_size must be a positive int, got {batch!r}")
+        if not is_number(rate) or not math.isfinite(rate) or rate <= 0:
+            raise TraceError(f"{where}.samples_per_s must be a number > 0, got {rate!r}")
+        try:
+            device_named(_field(c, "device", where))
+            precision_named(_field(c, "precision", where))
+        except ValueError as exc:
+            raise TraceError(f"{where}: {exc}") from None
+        src = _field(c, "source", where)
+        attention = zoo.get("attention", "fused")
+        if attention not in ("fused", "math"):
+            raise TraceError(f"{where}.zoo.attention must be 'fused' or 'math', got {attention!r}")
+        out.append(ComputeCase(str(_field(c, "id", where)), zoo["model"], dict(zoo.get("args", {})),
+                               bool(zoo.get("channels_last", False)), attention == "fused",
+                               c["device"], c["precision"],
+                               batch, float(rate), src.get("title", "") if isinstance(src, dict) else str(src),
+                               str(c.get("notes", ""))))
+    return out
+
+
+def _default_path() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    return os.path.join(os.path.dirname(os.path.dirname(here)), DEFAULT_PATH)
+
+
+def _operators(model: str, args: tuple, channels_last: bool, fused_attention: bool):
+    import torch
+
+    import qsgd
+
+    with torch.device("meta"):
+        m = qsgd.build_model(model, **dict(args))
+    return qsgd.record_operators(m, channels_last=channels_last, fused_attention=fused_attention)
+
+
+def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
+    """The compute model's samples/s for ``case`` beside the published one.
+
+    Returns
+    -------
+    dict
+        ``id``, ``model``, ``device``, ``precision``, ``batch_size``, ``published`` and
+        ``predicted`` (samples/s), ``error`` (predicted / published - 1), ``step_s`` and
+        ``host_bound_s`` (seconds the GPU waited for the host), ``source``.
+    """
+    key = (case.model, tuple(sorted(case.args.items())), case.channels_last, case.fused_attention)
+    if cache is not None and key in cache:
+        ops = cache[key]
+    else:
+        ops = _operators(*key)
+        if cache is not None:
+            cache[key] = ops
+    dev, prec = device_named(case.device), precision_named(case.precision)
+    prec.check(dev)
+    t = step_times(ops.family(prec.family), case.batch_size, dev, prec)
+    predicted = case.batch_size / t.step_s
+    return {"id": case.id, "model": case.model, "device": dev.name, "precision": prec.name,
+            "batch_size": case.batch_size, "published": case.samples_per_s,
+            "predicted": predicted, "error": predicted / case.samples_per_s - 1,
+            "step_s": t.step_s, "host_bound_s": t.host_bound_s, "source": case.source}
+
+
+def validate_compute(path=None, *, ids=None) -> dict:
+    """Every case of ``path`` (default: the project's) predicted; a summary of the errors.
+
+    Returns
+    -------
+    dict
+        ``{"rows": [predict_case(...), ...], "median_abs_error", "max_abs_error",
+        "within_10": count, "within_25": count}``.
+    """
+    cases = [c for c in load_cases(path) if ids is None or c.id in ids]
+    cache: dict = {}
+    rows = [predict_case(c, cache=cache) for c in cases]
+    errs = [abs(r["error"]) for r in rows]
+    return {"rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
+            "max_abs_error": max(errs) if errs else None,
+            "within_10": sum(e <= 0.10 for e in errs), "within_25": sum(e <= 0.25 for e in errs)}
