@@ -73,6 +73,8 @@ class _Recorder(TorchDispatchMode):
         self.phase = "forward"
         self.channels_last = channels_last
         self._pending_read = 0
+        self.params: dict[int, str] = {}       # id(parameter) -> name
+        self.first_use: dict[str, list] = {}   # name -> [forward index, backward index]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -86,6 +88,7 @@ class _Recorder(TorchDispatchMode):
             return out
         ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
         outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        self._note_uses(ins)
         kind = kind_of(name)
         row = {"op": str(func), "kind": kind, "phase": self.phase, "dtype": _dtype(ins + outs),
                "flops": 0, "bytes": self._bytes(name, ins, outs), "gemms": [], "tensors": 1,
@@ -108,6 +111,20 @@ class _Recorder(TorchDispatchMode):
             row["tensors"] = max(1, len(args[0]))
         self.rows.append(row)
         return out
+
+    def _note_uses(self, ins) -> None:
+        slot = {"forward": 0, "backward": 1}.get(self.phase)
+        if slot is None:
+            return
+        for t in ins:
+            # a parameter, or a view of one (a linear layer reads its weight transposed)
+            name = self.params.get(id(t))
+            if name is None and t._base is not None:
+                name = self.params.get(id(t._base))
+            if name is not None:
+                uses = self.first_use.setdefault(name, [None, None])
+                if uses[slot] is None:
+                    uses[slot] = len(self.rows)
 
     def _bytes(self, name: str, ins, outs) -> int:
         seen, total = set(), self._pending_read
@@ -160,6 +177,8 @@ def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Rec
         p.grad = None
     functions = Functions(recorder, amp, fused_attention)
     recorder.rows.clear()
+    recorder.first_use.clear()
+    recorder.params = {id(p): n for n, p in model.named_parameters()}
     ready.clear()
     with functions, recorder:
         recorder.phase = "forward"
@@ -276,20 +295,22 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
 
         hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
         opt = OPTIMIZERS[optimizer]([p for _, p in params])
-        rows, readies = [], []
+        rows, readies, uses = [], [], []
         try:
             for b in BATCHES:
                 _step(m, opt, family, b, input_shape, recorder, ready, channels_last,
                       fused_attention)
                 rows.append(list(recorder.rows))
                 readies.append(dict(ready))
+                uses.append({k: tuple(v) for k, v in recorder.first_use.items()})
         finally:
             for h in hooks:
                 h.remove()
         if readies[0] != readies[1]:
             raise ModelError(f"operators ({family}): gradients become ready at other operators "
                              f"at batch {BATCHES[0]} and {BATCHES[1]}")
-        out[family] = OperatorSet(family, _fit(rows[0], rows[1], family), readies[0], optimizer)
+        out[family] = OperatorSet(family, _fit(rows[0], rows[1], family), readies[0], optimizer,
+                                  uses[0])
     tb = getattr(model, "training_batch_size", None)
     extra = {"memory_format": "channels_last"} if channels_last else {}
     if not fused_attention:

@@ -164,12 +164,17 @@ class OperatorSet:
         gradient is ready (torch's post-accumulate-grad hook fired).
     optimizer : str
         The optimizer recorded (``"sgd"``: momentum SGD; ``"adamw"``).
+    first_use : dict
+        Parameter name -> ``(forward, backward)``: how many operators were issued before the
+        first one that reads it in each phase (None where none does). What a sharded step
+        (FSDP) gathers the parameter before.
     """
 
     family: str
     ops: tuple[Operator, ...]
     ready: Mapping[str, int]
     optimizer: str
+    first_use: Mapping[str, tuple] = field(default_factory=dict)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -179,6 +184,11 @@ class OperatorSet:
             if not is_int(k) or not 0 <= k <= n:
                 raise TraceError(f"operators.{self.family}.ready[{name!r}] must be an int in "
                                  f"[0, {n}], got {k!r}")
+        for name, pair in self.first_use.items():
+            if (not isinstance(pair, (list, tuple)) or len(pair) != 2
+                    or any(k is not None and (not is_int(k) or not 0 <= k < n) for k in pair)):
+                raise TraceError(f"operators.{self.family}.first_use[{name!r}] must be two "
+                                 f"operator indices (or null) below {n}, got {pair!r}")
 
     def phase_span(self, phase: str) -> tuple[int, int]:
         """``(first, end)`` indices of ``phase``'s operators (phases are contiguous)."""
@@ -187,6 +197,7 @@ class OperatorSet:
 
     def to_dict(self) -> dict:
         return {"optimizer": self.optimizer, "ready": dict(self.ready),
+                "first_use": {k: list(v) for k, v in self.first_use.items()},
                 "ops": [o.to_dict() for o in self.ops]}
 
     @classmethod
@@ -210,7 +221,11 @@ class OperatorSet:
             raise TraceError(f"{path}.ready must be an object, got {ready!r}")
         if not isinstance(d["optimizer"], str) or not d["optimizer"]:
             raise TraceError(f"{path}.optimizer must be a non-empty string, got {d['optimizer']!r}")
-        return cls(family, parsed, dict(ready), d["optimizer"])
+        uses = d.get("first_use", {})
+        if not isinstance(uses, Mapping):
+            raise TraceError(f"{path}.first_use must be an object, got {uses!r}")
+        return cls(family, parsed, dict(ready), d["optimizer"],
+                   {k: tuple(v) if isinstance(v, list) else v for k, v in uses.items()})
 
 
 @dataclass(frozen=True)

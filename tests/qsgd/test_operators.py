@@ -222,3 +222,15 @@ def test_add_operators_names_a_model_it_cannot_build():
                                 operators=None, model="nosuch.module:Net")
     with pytest.raises(qsgd.TraceError, match="nosuch.module:Net"):
         qsgd.add_operators(trace)
+
+
+def test_first_use_places_each_parameter_in_forward_in_layer_order():
+    model = qsgd.build_model("mlp")
+    names = [n for n, _ in model.named_parameters()]
+    for family in ("fp32", "amp"):
+        ops = record_operators(model, families=(family,)).family(family)
+        fwd = [ops.first_use[n][0] for n in names]
+        first, end = ops.phase_span("forward")
+        assert fwd == sorted(fwd) and all(first <= k < end for k in fwd)
+        # every weight is read by the kernel its first use points at (a product)
+        assert all(ops.ops[ops.first_use[n][0]].kind in ("gemm", "copy") for n in names)
