@@ -56,7 +56,7 @@ def write_report(study: Study, path: str | os.PathLike, *, title: str = "QSGD wh
     >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
     ...                      device="cpu", seed=0)
     >>> study = emulator.run_study(emulator.StudyConfig(trace=trace, world_sizes=(4,),
-    ...                                                 topologies=("switch:{n}",)))
+    ...                                                 topologies=("switch:{n}",), device="A100"))
     >>> path = emulator.write_report(study, os.path.join(tempfile.mkdtemp(), "r.html"))
     >>> html = open(path, encoding="utf-8").read()
     >>> html.count("Plotly.newPlot("), study.conclusions()[0].split(":")[0] in html

@@ -164,6 +164,15 @@ def resolve_compute(config: StudyConfig) -> dict:
 
     Raises ConfigError when a topology names no GPU and no device is given, or when the
     precision needs units the GPU lacks.
+
+    Examples
+    --------
+    >>> import emulator, qsgd
+    >>> trace = qsgd.measure("resnet50", qsgd.QSGDConfig.from_bits(4), device="meta")
+    >>> models = emulator.resolve_compute(emulator.StudyConfig(
+    ...     trace=trace, world_sizes=(16,), topologies=("cluster:dgx_h100x{N}", "cluster:p4dx{N}")))
+    >>> [(m.device, m.precision, m.batch_size) for m in models.values()]
+    [('H100-SXM', 'amp-bf16', 256), ('A100-40GB', 'amp-bf16', 256)]
     """
     return {spec: ComputeModel.for_topology(
         topology_for(spec, min(config.world_sizes)), config.trace, device=config.device,
@@ -384,15 +393,15 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
 
     Examples
     --------
-    A small MLP measured on this CPU, replayed on 4 and 8 GPUs behind one 1 Gbit/s switch
-    (times depend on this CPU; bytes do not):
+    A small MLP measured on this CPU, its operators timed on A100s at batch 32, replayed on 4
+    and 8 GPUs behind one 1 Gbit/s switch:
 
     >>> import emulator, qsgd
     >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2,
     ...                      device="cpu", seed=0)
     >>> study = emulator.run_study(emulator.StudyConfig(
     ...     trace=trace, world_sizes=(4, 8), bits=(32, 4), transports=("fp32", "qsgd_allgather"),
-    ...     topologies=("switch:{n},bw=1Gbit",)))
+    ...     topologies=("switch:{n},bw=1Gbit",), device="A100", batch_size=32))
     >>> [(r.world_size, r.label) for r in study.rows]
     [(4, 'fp32'), (4, 'qsgd_allgather 4-bit'), (8, 'fp32'), (8, 'qsgd_allgather 4-bit')]
     >>> [round(r.bytes_per_gpu / 1e6, 3) for r in study.rows]     # MB each GPU sends

@@ -7,9 +7,11 @@ A kernel's device seconds are ``max(math seconds, memory seconds) + KERNEL_S`` p
   tiles, one per SM at a time (NVIDIA, "Matrix Multiplication Background User's Guide": tile
   and wave quantisation; an A100 runs one 256x128 tile per SM); a partly empty tile and a
   partly filled last wave cost whole ones. The faster of the two largest tile shapes cuBLAS
-  uses (256x128, 128x128) is taken, as its heuristic would; when the tiles cannot fill the
-  SMs, the reduction dimension is split across them (CUTLASS "split-K"), each part at least
-  :data:`MIN_SPLIT_K` long, and the partial products are summed through memory.
+  uses (256x128, 128x128) is taken, as its heuristic would, each no larger than the matrix
+  (rounded up to the tensor cores' 16-wide granularity: a one-row product runs a 16-row tile,
+  not a 256-row one); when the tiles cannot fill the SMs, the reduction dimension is split
+  across them (CUTLASS "split-K"), each part at least :data:`MIN_SPLIT_K` long, and the partial
+  products are summed through memory.
 - **memory**: the bytes read and written at the memory's achieved streaming bandwidth, plus
   what a second pass reads again (batch normalisation's statistics, ``reread``).
 - **layout**: a convolution whose activations are laid out NCHW runs on tensor cores (TF32,
@@ -56,9 +58,12 @@ KERNEL_S = 3e-6
 TENSOR_MODES = ("tf32", "fp16", "bf16", "fp8")
 #: Output tiles (rows x columns) cuBLAS uses for large products, most efficient first.
 TILES = ((256, 128), (128, 128))
-#: Shortest reduction a split-K part keeps: 16 main-loop iterations of a 32-deep tile (CUTLASS's
-#: default threadblock K); shorter parts would spend their time in prologue and epilogue.
-MIN_SPLIT_K = 512
+#: Shortest reduction a split-K part keeps: four main-loop iterations of a 32-deep tile
+#: (CUTLASS's default threadblock K). A modelling choice, not a measured figure: shorter parts
+#: would spend their time in prologue and epilogue.
+MIN_SPLIT_K = 128
+#: Granularity a tile's sides are rounded up to (a tensor-core MMA is 16 rows).
+TILE_STEP = 16
 #: Tensors one multi-tensor-apply kernel walks (ATen's MultiTensorApply.cuh,
 #: depth_to_max_tensors for three lists: parameters, gradients, one state).
 FOREACH_TENSORS = 48
@@ -70,19 +75,20 @@ def gemm_math_seconds(groups: int, m: int, n: int, k: int, flops_per_s: float, s
 
     Examples
     --------
-    A product that fills whole waves runs at the given rate; one row more costs a wave more:
+    A product that fills whole waves runs at the given rate; one row more takes three waves of
+    half-size tiles (1.5x):
 
     >>> t = gemm_math_seconds(1, 256 * 108, 128, 4096, 100e12, 108)
     >>> round(t * 100e12 / (2 * 256 * 108 * 128 * 4096), 6)
     1.0
-    >>> gemm_math_seconds(1, 256 * 108 + 1, 128, 4096, 100e12, 108) > 1.9 * t
-    True
+    >>> round(gemm_math_seconds(1, 256 * 108 + 1, 128, 4096, 100e12, 108) / t, 6)
+    1.5
     """
     if groups * m * n * k == 0:
         return 0.0
     per_sm = flops_per_s / sms
     best = math.inf
-    for tm, tn in TILES:
+    for tm, tn in _tiles(m, n):
         tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
         split = 1
         if tiles < sms:
@@ -92,10 +98,17 @@ def gemm_math_seconds(groups: int, m: int, n: int, k: int, flops_per_s: float, s
     return best
 
 
+def _tiles(m: int, n: int) -> list[tuple[int, int]]:
+    """:data:`TILES`, each side no larger than the matrix's rounded up to :data:`TILE_STEP`."""
+    def fit(side: int, dim: int) -> int:
+        return min(side, TILE_STEP * math.ceil(dim / TILE_STEP))
+    return [(fit(tm, m), fit(tn, n)) for tm, tn in TILES]
+
+
 def split_k_bytes(groups: int, m: int, n: int, k: int, sms: int) -> int:
     """Bytes the split-K reduction of the chosen tiling adds (4-byte partial sums written
     and read back once per extra part), 0 without a split."""
-    tm, tn = TILES[0]
+    tm, tn = _tiles(m, n)[0]
     tiles = groups * math.ceil(m / tm) * math.ceil(n / tn)
     if tiles >= sms:
         return 0
@@ -128,7 +141,8 @@ def kernel_seconds(op, batch: int, device: Device, mode: str) -> float:
     --------
     >>> from types import SimpleNamespace as Op
     >>> from emulator.compute.devices import device
-    >>> relu = Op(kind="elementwise", flops=(0, 0), bytes=(0, 8_000_000), gemms=(), tensors=1)
+    >>> relu = Op(kind="elementwise", flops=(0, 0), bytes=(0, 8_000_000), gemms=(), tensors=1,
+    ...           reread=(0, 0), nchw=(0, 0))
     >>> round(kernel_seconds(relu, 100, device("A100-80GB"), "fp32") * 1e6, 1)   # 800 MB
     448.9
     """

@@ -63,8 +63,8 @@ def step_times(opset, batch: int, device: Device, precision: Precision) -> StepT
     >>> from emulator.compute import device, precision
     >>> ops = qsgd.record_operators(qsgd.build_model("mlp"), families=("fp32",))
     >>> t = step_times(ops.family("fp32"), 64, device("A100"), precision("fp32"))
-    >>> t.forward_s < t.backward_s, t.host_bound_s > 0     # a small MLP waits on the host
-    (True, True)
+    >>> t.host_bound_s > 0.5 * t.step_s     # a small MLP's GPU mostly waits on the host
+    True
     """
     host = dev = waited = 0.0
     ends = []

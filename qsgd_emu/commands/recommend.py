@@ -157,8 +157,6 @@ def run(args) -> int:
         compute = emulator.ComputeModel.for_topology(G, trace, device=args.device,
                                                      batch_size=args.batch_size,
                                                      precision=args.precision)
-        if w == args.world_sizes[0]:
-            computeargs.say_assumed({args.topology: compute})
         progress = None if args.json else (lambda msg, w=w: print(f"  {w} GPUs: {msg}", file=sys.stderr,
                                                                    flush=True))
         rec = emulator.recommend(trace, G, world_size=w, budget=_budget(args, trace, w),
@@ -166,6 +164,8 @@ def run(args) -> int:
                                  exhaustive=args.exhaustive, progress=progress,
                                  workers=workers_for(args.workers, w))
         out.append(rec)
+        if w == args.world_sizes[0]:
+            computeargs.say_assumed({args.topology: compute})
         if not args.json:
             print(format_text(rec), flush=True)
     doc = {"model": trace.model, "topology": args.topology, "device": compute.device,

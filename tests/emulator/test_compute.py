@@ -133,6 +133,18 @@ def test_products_are_monotone_and_wave_quantised():
     assert rules.gemm_math_seconds(1, 256 * 108 + 1, 128, 2048, rate, sms) == pytest.approx(1.5 * full)
 
 
+def test_a_skinny_product_runs_a_tile_of_its_own_size():
+    """A one-row product (batch 1 through a 784x256 layer) takes microseconds, not a 256-row
+    tile's worth of work on two SMs."""
+    a100 = device("A100")
+    rate = a100.flops("fp32") * rules.SIMT_EFFICIENCY[False]
+    t = rules.gemm_math_seconds(1, 1, 256, 784, rate, a100.sms)
+    assert t < 10e-6
+    assert t >= 2 * 256 * 784 / rate      # never faster than the ideal
+    # rounding to the tensor cores' 16 rows: 1 and 16 rows cost the same
+    assert t == rules.gemm_math_seconds(1, 16, 256, 784, rate, a100.sms)
+
+
 def test_split_k_fills_the_gpu_when_tiles_are_few():
     sms, rate = 108, 100e12
     few = rules.gemm_math_seconds(1, 256, 256, 1 << 20, rate, sms)    # 2 tiles, a huge reduction

@@ -10,6 +10,7 @@ from emulator import Prediction, StudyRow, figures
 def _row(**kw) -> StudyRow:
     base = dict(topology="t", topology_name="t", speedup_vs_fp16=None, scaling_efficiency=0.5,
                 bytes_per_gpu=1e6, bound="compute", model="m", batch_size=2, device="A100",
+                precision="amp-bf16",
                 algorithm="ring", source="hand-written")
     return StudyRow(**{**base, **kw})
 

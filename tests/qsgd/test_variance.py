@@ -83,7 +83,7 @@ def _variance_record(bits=(2, 4)):
 def test_version_1_is_read_and_version_2_round_trips():
     v1 = qsgd.PayloadTrace.from_dict(_doc())
     assert all(b.variance is None for b in v1.buckets)
-    assert v1.to_dict()["version"] == 2
+    assert v1.to_dict()["version"] == 3     # written at the current version
     doc = _doc()
     doc["version"] = 2
     doc["buckets"][0]["variance"] = _variance_record()

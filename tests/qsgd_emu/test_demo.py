@@ -34,12 +34,15 @@ def test_defaults_are_the_readmes_main_job():
     # one local process per core, as many as the machine gives this process, at most 4
     assert args.workers == max(1, min(4, len(os.sched_getaffinity(0))))
     assert DEFAULT_TOPOLOGIES == ("cluster:dgx_a100x{N}", "cluster:dgx_a100x{N},nic_bw=25Gbit")
-    assert args.device == "A100"   # GPU compute times: CPU ones would hide every speedup
+    # each topology's own GPU (the DGX A100's), at the model's training batch and the GPU's
+    # usual precision (ResNet-50: 256 per GPU, autocast bf16)
+    assert args.device == "auto" and args.batch_size is None and args.precision is None
 
 
 def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
     out = tmp_path / "demo"
-    code, stdout, stderr = _main(["demo", "--model", "mlp", "--batch-size", "4", "--iterations", "1",
+    code, stdout, stderr = _main(["demo", "--model", "mlp", "--measure-batch-size", "4",
+                                  "--iterations", "1", "--batch-size", "64",
                                   "--world-sizes", "2,4", "--bits", "32,4", "--out", str(out)])
     assert code == 0, stderr
     assert sorted(p.name for p in out.iterdir()) == ["report.html", "study.csv", "study.json", "trace.json"]
@@ -50,12 +53,14 @@ def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
     assert trace.config.bits == 4 and trace.device == "cpu" and trace.parameters == 235_146
     assert "measuring mlp (batch 4, 1 iterations, QSGD 4 bits)" in stderr
     assert "study [" in stderr and "12/12" in stderr
+    assert ("compute on cluster:dgx_a100x{N}: A100-80GB amp-bf16 at batch 64 per GPU (given)"
+            in stderr)
 
     # rows: both default presets x (2, 4) GPUs x (fp32, QSGD 4-bit x 2 transports)
     rows = read_study(out / "study.json").rows
     want = [(t, w, b, tr) for t in DEFAULT_TOPOLOGIES for w in (2, 4) for b, tr in COMBOS]
     assert [r.key for r in rows] == want
-    assert all(r.model == "mlp" and r.batch_size == 4 for r in rows)
+    assert all(r.model == "mlp" and r.batch_size == 64 and r.precision == "amp-bf16" for r in rows)
     assert all(r.speedup_vs_fp32 == 1.0 for r in rows if r.transport == "fp32")
     with open(out / "study.csv", newline="") as f:
         reader = csv.DictReader(f)
@@ -66,7 +71,7 @@ def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
     assert lines[0].split()[:5] == ["topology", "GPUs", "batch/GPU", "bits", "transport"]
     table = [ln for ln in lines if ln.startswith("cluster:") and not ln.split()[0].endswith(",")]
     assert len(table) == len(rows)
-    assert table[0].split()[:5] == ["cluster:dgx_a100x1", "2", "4", "32", "fp32"]
+    assert table[0].split()[:5] == ["cluster:dgx_a100x1", "2", "64", "32", "fp32"]
     assert f"{rows[0].speedup_vs_fp32:.2f}x" in table[0]
     assert str(out / "report.html") in stdout
     # the report: three study figures and a bucket timeline
@@ -82,7 +87,8 @@ def test_demo_with_a_saved_trace_skips_measuring_and_prints_json(tmp_path):
     make_trace().save(path)
     out = tmp_path / "o"
     code, stdout, stderr = _main(["demo", "--trace", str(path), "--world-sizes", "2", "--bits", "32,4",
-                                  "--topology", "switch:{N}", "--json", "--out", str(out)])
+                                  "--topology", "switch:{N}", "--device", "measured", "--json",
+                                  "--out", str(out)])
     assert code == 0, stderr
     assert "measuring" not in stderr
     printed = json.loads(stdout)
@@ -102,6 +108,7 @@ def test_demo_bad_options_exit_2(tmp_path, options, needle):
 
     path = tmp_path / "tiny.json"
     make_trace().save(path)
-    code, _, err = _main(["demo", "--trace", str(path), "--out", str(tmp_path / "o"), *options])
+    code, _, err = _main(["demo", "--trace", str(path), "--device", "measured",
+                          "--out", str(tmp_path / "o"), *options])
     assert code == 2 and needle in err
     assert not (tmp_path / "o").exists()

@@ -47,7 +47,8 @@ def test_a_world_size_on_part_of_a_machine_is_said(tmp_path):
     trace = tmp_path / "trace.json"
     make_trace().save(trace)
     code, _, err = run_cli(["study", "--trace", str(trace), "--world-sizes", "3,8", "--bits", "32",
-                            "--topology", "cluster:dgx_a100x{N}", "--out", str(tmp_path / "o")])
+                            "--topology", "cluster:dgx_a100x{N}", "--device", "measured",
+                            "--out", str(tmp_path / "o")])
     assert code == 0, err
     assert ("note: cluster:dgx_a100x{N} at 3 GPUs: 3 of the 8 GPUs of 1 machine take part, "
             "5 idle") in err

@@ -18,7 +18,8 @@ def trace_path(tmp_path_factory):
     return str(path)
 
 
-BASE = ["--topology", "switch:{n},bw=1Gbit", "--world-sizes", "4,8"]
+# a generic switch names no GPU: the MLP's operators timed on an A100
+BASE = ["--topology", "switch:{n},bw=1Gbit", "--world-sizes", "4,8", "--device", "A100"]
 
 
 def test_text_json_and_out(trace_path, tmp_path):
