@@ -131,7 +131,8 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
             first_bucket_bytes: int = DEFAULT_FIRST_BUCKET_BYTES, bucket_order: str = "ready",
             warmup: int = 1, input_shape: tuple[int, ...] | None = None, lr: float = 0.01,
             variance_bits: tuple[int, ...] = DEFAULT_BITS, variance_samples: int = 2,
-            progress: Callable[[str], None] | None = None, operators: bool = True) -> PayloadTrace:
+            progress: Callable[[str], None] | None = None, operators: bool = True,
+            operator_seconds: bool | None = None) -> PayloadTrace:
     """Run real training steps of ``model`` and record QSGD payloads and timings per DDP bucket.
 
     Parameters
@@ -175,6 +176,9 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         Called with a one-line message after each iteration.
     operators : bool
         Record the training step's operators into the trace (:func:`qsgd.record_operators`).
+    operator_seconds : bool, optional
+        Also time one more real step per operator (:func:`qsgd.operators.measured.time_operators`,
+        torch.profiler) into ``operators.measured``; default: on CUDA.
 
     Returns
     -------
@@ -304,8 +308,23 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
                                                             variance_samples, iterations))
                       for b in buckets),
         iterations=tuple(records), bucket_assignment=bucket_order, extra=extra,
-        operators=record_operators(model, input_shape=input_shape) if operators else None,
+        operators=_operators(model, input_shape, batch_size, dev, operators, operator_seconds),
     )
+
+
+def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bool | None):
+    """The trace's operator records, with one timed step's seconds on a GPU."""
+    if not operators:
+        return None
+    ops = record_operators(model, input_shape=input_shape)
+    if seconds if seconds is not None else dev.type == "cuda":
+        import dataclasses
+
+        from qsgd.operators.measured import time_operators
+
+        ops = dataclasses.replace(ops, measured=time_operators(model, batch_size,
+                                                               input_shape=input_shape))
+    return ops
 
 
 def add_operators(trace: PayloadTrace) -> PayloadTrace:

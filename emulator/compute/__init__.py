@@ -13,12 +13,13 @@
 No torch here: the operator records come from :mod:`qsgd.operators` inside the trace.
 """
 from .codec import codec_seconds
-from .devices import ALIASES, DEVICES, MODES, Device, device, device_of
+from .devices import ALIASES, DEVICES, MODES, Device, device, device_named_as, device_of
 from .model import ComputeModel
 from .precisions import PRECISIONS, Precision, default_precision, precision
 from .rules import kernel_seconds
 from .timeline import HOST_OP_S, StepTimes, step_times
 
 __all__ = ["ComputeModel", "DEVICES", "ALIASES", "MODES", "Device", "device", "device_of",
+           "device_named_as",
            "PRECISIONS", "Precision", "precision", "default_precision", "kernel_seconds",
            "step_times", "StepTimes", "HOST_OP_S", "codec_seconds"]

@@ -140,6 +140,29 @@ def device(name: str) -> Device:
     return DEVICES[key]
 
 
+#: Words of a device's marketing name (``torch.cuda.get_device_name``) -> its key, most
+#: specific first ("NVIDIA H100 80GB HBM3" is the SXM part, "NVIDIA H100 PCIe" the PCIe one).
+_NAMES = (("H200", "H200"), ("H100 PCIE", "H100-PCIe"), ("H100", "H100-SXM"),
+          ("A100-SXM4-40GB", "A100-40GB"), ("A100-PCIE-40GB", "A100-40GB"), ("A100", "A100-80GB"),
+          ("B200", "B200"), ("V100", "V100"), ("L40S", "L40S"), ("A10", "A10"), ("T4", "T4"),
+          ("K80", "K80"), ("3090", "RTX3090"), ("4090", "RTX4090"), ("5090", "RTX5090"))
+
+
+def device_named_as(name: str) -> Device | None:
+    """The catalogue's device a CUDA device name stands for, or None (a CPU, an unknown part).
+
+    >>> device_named_as("NVIDIA H100 80GB HBM3").name, device_named_as("NVIDIA A10").name
+    ('H100-SXM', 'A10')
+    >>> device_named_as("Intel(R) Xeon(R) Processor") is None
+    True
+    """
+    upper = (name or "").upper()
+    for word, key in _NAMES:
+        if word.upper() in upper:
+            return DEVICES[key]
+    return None
+
+
 def device_of(G) -> Device | None:
     """The GPU of topology ``G`` (its GPU nodes' ``model``), or None when it names none.
 

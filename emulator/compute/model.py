@@ -29,6 +29,31 @@ from .precisions import default_precision, precision as precision_named
 from .timeline import step_times
 
 
+def _measured_seconds(measured, batch: int, dev, prec):
+    """``(operators, seconds, how)`` from a trace's measured step where it applies (a GPU of the
+    catalogue, the same batch and operator family), else None: on the GPU it ran on, its
+    seconds as they are; on another, each scaled by the model's ratio for that operator
+    between the two GPUs (so a kernel keeps its measured share of its own roofline)."""
+    from .devices import device_named_as
+    from .rules import kernel_seconds
+
+    if measured is None or measured.batch_size != batch or measured.precision != prec.name:
+        return None
+    src = device_named_as(measured.device_name)
+    if src is None:
+        return None
+    ops = measured.operators
+    if src.name == dev.name:
+        return ops, measured.seconds, f"the trace's per-operator seconds measured on {src.name}"
+    seconds = []
+    for op, s in zip(ops.ops, measured.seconds):
+        there = kernel_seconds(op, batch, src, prec.mode(op.kind, op.dtype, src))
+        here = kernel_seconds(op, batch, dev, prec.mode(op.kind, op.dtype, dev))
+        seconds.append(s * here / there if there > 0 else here)
+    return ops, tuple(seconds), (f"the trace's per-operator seconds measured on {src.name}, "
+                                 f"each scaled by the model's {src.name}-to-{dev.name} ratio")
+
+
 def _seconds(name: str, value) -> float | None:
     if value is None:
         return None
@@ -210,12 +235,17 @@ class ComputeModel:
             assumed = "the model's training batch" if ops.training_batch_size else "the trace's batch"
         if not is_int(batch_size) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
-        times = step_times(ops.family(prec.family), batch_size, dev, prec)
+        measured = _measured_seconds(ops.measured, batch_size, dev, prec)
+        if measured is not None:
+            opset, seconds, how = measured
+            times = step_times(opset, batch_size, dev, prec, seconds)
+        else:
+            times = step_times(ops.family(prec.family), batch_size, dev, prec)
+            how = f"per-operator roofline of the trace's operators ({dev.source})"
         ready = tuple(max((times.ready_s.get(p, times.backward_s) for p in b.params), default=0.0)
                       for b in trace.buckets)
-        source = (f"{dev.name} {prec.name} at batch {batch_size} per GPU ({assumed}): per-operator "
-                  f"roofline of the trace's operators ({dev.source}); codec from its bytes at "
-                  f"{dev.mem_bandwidth / 1e9:.0f} GB/s")
+        source = (f"{dev.name} {prec.name} at batch {batch_size} per GPU ({assumed}): {how}; "
+                  f"codec from its bytes at {dev.mem_bandwidth / 1e9:.0f} GB/s")
         return cls(1.0, 1.0, times.forward_s, times.backward_s, times.optimizer_s, ready,
                    device=dev.name, precision=prec.name, batch_size=batch_size,
                    grad_bytes=prec.grad_bytes, codec_device=dev.name, source=source)

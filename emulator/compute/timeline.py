@@ -53,9 +53,11 @@ class StepTimes:
         return self.forward_s + self.backward_s + self.optimizer_s
 
 
-def step_times(opset, batch: int, device: Device, precision: Precision) -> StepTimes:
+def step_times(opset, batch: int, device: Device, precision: Precision,
+               seconds=None) -> StepTimes:
     """Time ``opset`` (a :class:`qsgd.operators.OperatorSet` of ``precision``'s family) at
-    ``batch`` samples per GPU on ``device``.
+    ``batch`` samples per GPU on ``device``; ``seconds`` (one per operator) replaces the
+    kernels' modelled device seconds (a measured step's).
 
     Examples
     --------
@@ -79,7 +81,8 @@ def step_times(opset, batch: int, device: Device, precision: Precision) -> StepT
             host = max(host, dev)   # GradScaler.step reads found_inf on the host
         marks.setdefault(op.phase, i)
         host += HOST_OP_S * launches
-        k = kernel_seconds(op, batch, device, precision.mode(op.kind, op.dtype, device))
+        k = seconds[i] if seconds is not None else \
+            kernel_seconds(op, batch, device, precision.mode(op.kind, op.dtype, device))
         start = max(host, dev)
         waited += max(0.0, host - dev)
         dev = start + k

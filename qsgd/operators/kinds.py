@@ -55,6 +55,17 @@ _SOFTMAX = ("_softmax", "_log_softmax", "_softmax_backward_data", "_log_softmax_
 _LOSS = ("nll_loss_forward", "nll_loss_backward", "nll_loss2d_forward", "nll_loss2d_backward",
          "mse_loss", "mse_loss_backward", "binary_cross_entropy_with_logits")
 
+#: Fused attention kernels of scaled_dot_product_attention on real devices (CUDA's flash,
+#: memory-efficient and cuDNN backends; the CPU's flash kernel), forward and backward.
+FUSED_ATTENTION = (
+    "_scaled_dot_product_flash_attention", "_scaled_dot_product_flash_attention_backward",
+    "_scaled_dot_product_efficient_attention", "_scaled_dot_product_efficient_attention_backward",
+    "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_cudnn_attention_backward",
+    "_scaled_dot_product_flash_attention_for_cpu",
+    "_scaled_dot_product_flash_attention_for_cpu_backward", "_flash_attention_forward",
+    "_flash_attention_backward", "_efficient_attention_forward", "_efficient_attention_backward",
+)
+
 #: overload packet name -> operator class
 KIND: dict[str, str] = {
     **{n: "elementwise" for n in _EW}, **{n: "reduction" for n in _RED},
@@ -65,6 +76,8 @@ KIND: dict[str, str] = {
     "_addmm_activation": "gemm", "addmv": "gemm", "mv": "gemm", "dot": "gemm",
     "convolution": "conv", "convolution_backward": "conv", "cudnn_convolution": "conv",
     "_amp_foreach_non_finite_check_and_unscale_": "scaler", "_amp_update_scale_": "scaler",
+    # the fused kernels a real device's scaled_dot_product_attention runs (a measured step)
+    **{n: "attention" for n in FUSED_ATTENTION},
 }
 
 
@@ -155,8 +168,18 @@ def _conv_backward(args, out):
     return gemms
 
 
+def _fused_attention(args, out):
+    q, k = _shape(args[0]), _shape(args[1])
+    bh = 1
+    for n in q[:-2]:
+        bh *= n
+    return [(bh, q[-2], k[-2], q[-1])]
+
+
 #: overload packet name -> function(args, out) giving its products ``[(groups, M, N, K)]``
+#: (attention: ``(batch x heads, S_q, S_k, D)``)
 GEMMS = {
+    **{n: _fused_attention for n in FUSED_ATTENTION},
     "mm": _mm, "addmm": _addmm, "_addmm_activation": _addmm, "bmm": _bmm, "baddbmm": _baddbmm,
     "mv": _mv, "addmv": lambda a, o: _mv(a[1:], o), "convolution": _conv,
     "convolution_backward": _conv_backward,

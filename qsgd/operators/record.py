@@ -15,6 +15,7 @@ recorded at its second step (the first creates its state); the fp16 flavour of a
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 
 import torch
@@ -74,11 +75,19 @@ class _Recorder(TorchDispatchMode):
         self.channels_last = channels_last
         self._pending_read = 0
         self.params: dict[int, str] = {}       # id(parameter) -> name
+        #: with a list here, each call runs in a profiler range named by its position, and the
+        #: list maps that position to its record (None: no kernel) -- a measured step
+        self.calls: list | None = None
         self.first_use: dict[str, list] = {}   # name -> [forward index, backward index]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        if self.calls is None:
+            out = func(*args, **kwargs)
+        else:
+            self.calls.append(None)
+            with torch.profiler.record_function(f"qsgd.op.{len(self.calls) - 1}"):
+                out = func(*args, **kwargs)
         name = func.overloadpacket.__name__
         if self.channels_last and name in CONV_ACTIVATIONS:
             # cuDNN returns channels-last results for channels-last inputs; meta kernels do not
@@ -102,13 +111,15 @@ class _Recorder(TorchDispatchMode):
             x = args[CONV_ACTIVATIONS[name][-1]]
             if x.dim() == 4 and not x.is_contiguous(memory_format=torch.channels_last):
                 row["nchw"] = sum(_nbytes(t) for t in acts)
-        if kind in ("gemm", "conv"):
+        if kind in ("gemm", "conv", "attention"):
             row["gemms"] = GEMMS[name](args, out) if name in GEMMS else []
             counter = flop_registry.get(func.overloadpacket)
             if counter is not None:
                 row["flops"] = int(counter(*args, **kwargs, out_val=out))
         elif kind == "optimizer" and args and isinstance(args[0], (list, tuple)):
             row["tensors"] = max(1, len(args[0]))
+        if self.calls is not None:
+            self.calls[-1] = len(self.rows)
         self.rows.append(row)
         return out
 
@@ -152,30 +163,43 @@ class _Recorder(TorchDispatchMode):
         self._pending_read = 0
 
 
-def _inputs(model, batch: int, dtype: torch.dtype, input_shape, channels_last: bool = False):
+def _inputs(model, batch: int, dtype: torch.dtype, input_shape, channels_last: bool = False,
+            device: str = "meta"):
     g = torch.Generator().manual_seed(0)
     if hasattr(model, "example_input"):
-        x = model.example_input(batch, generator=g, device="meta")
+        x = model.example_input(batch, generator=g, device=device)
     else:
-        x = torch.randn((batch, *input_shape), generator=g).to("meta")
+        x = torch.randn((batch, *input_shape), generator=g).to(device)
     if x.is_floating_point():
         x = x.to(dtype)
     if channels_last and x.dim() == 4:
         x = x.contiguous(memory_format=torch.channels_last)
     target = None
     if hasattr(model, "example_target") and hasattr(model, "loss"):
-        target = model.example_target(batch, generator=g, device="meta")
+        target = model.example_target(batch, generator=g, device=device)
     return x, target
 
 
 def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Recorder,
-          ready: dict, channels_last: bool = False, fused_attention: bool = True) -> None:
-    """One forward, backward and (second) optimizer step, recorded into ``recorder``."""
+          ready: dict, channels_last: bool = False, fused_attention: bool = True,
+          device: str = "meta", amp_dtype: torch.dtype | None = None) -> None:
+    """One forward, backward and (second) optimizer step, recorded into ``recorder``.
+
+    On a real ``device`` (a measured step) the torch-function mode stays off: the device runs
+    its own fused attention kernels, and ``torch.autocast`` with ``amp_dtype`` casts.
+    """
     param_dtype, amp = _FAMILY[family]
-    x, target = _inputs(model, batch, param_dtype, input_shape, channels_last)
+    if device != "meta" and amp_dtype is not None:
+        amp = amp_dtype
+    x, target = _inputs(model, batch, param_dtype, input_shape, channels_last, device)
     for p in model.parameters():
         p.grad = None
-    functions = Functions(recorder, amp, fused_attention)
+    if device == "meta":
+        functions = Functions(recorder, amp, fused_attention)
+    elif amp is not None and family == "amp":
+        functions = torch.autocast(device_type=device, dtype=amp)
+    else:
+        functions = contextlib.nullcontext()
     recorder.rows.clear()
     recorder.first_use.clear()
     recorder.params = {id(p): n for n, p in model.named_parameters()}
@@ -187,13 +211,15 @@ def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Rec
             loss = model.loss(out, target)
         else:   # any other module: the mean square of its output, a real backward through all
             loss = (out.float() if isinstance(out, torch.Tensor) else out[0].float()).square().mean()
-        functions.clear_cache()
+        if device == "meta":
+            functions.clear_cache()
+    with recorder:
         recorder.phase = "backward"
         loss.backward()
     with torch.no_grad():
         optimizer.step()          # the first step creates the optimizer's state: not recorded
     grads = [p.grad for p in model.parameters() if p.grad is not None]
-    found, inv = torch.zeros(1, device="meta"), torch.ones(1, device="meta")  # GradScaler's state
+    found, inv = torch.zeros(1, device=device), torch.ones(1, device=device)  # GradScaler's state
     with recorder, torch.no_grad():
         recorder.phase = "optimizer"
         if family == "amp":       # GradScaler.unscale_ of the fp16 flavour (kind "scaler")
@@ -315,7 +341,7 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     extra = {"memory_format": "channels_last"} if channels_last else {}
     if not fused_attention:
         extra["attention"] = "math"
-    return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra)
+    return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra=extra)
 
 
 def _to_meta(model: torch.nn.Module) -> torch.nn.Module:

@@ -241,6 +241,8 @@ class Operators:
     training_batch_size : int or None
         The per-GPU batch the model is usually trained with (its ``training_batch_size``),
         the default of a prediction.
+    measured : qsgd.operators.measured.MeasuredOperators or None
+        One real step's operators with their measured seconds (a trace measured on a GPU).
     extra : dict
         Unknown fields, written back unchanged.
     """
@@ -248,6 +250,7 @@ class Operators:
     families: Mapping[str, OperatorSet]
     method: str = ""
     training_batch_size: int | None = None
+    measured: object = None
     extra: dict = field(default_factory=dict, compare=False, repr=False)
 
     def family(self, name: str) -> OperatorSet:
@@ -262,6 +265,8 @@ class Operators:
              "families": {k: v.to_dict() for k, v in self.families.items()}}
         if self.training_batch_size is not None:
             d["training_batch_size"] = self.training_batch_size
+        if self.measured is not None:
+            d["measured"] = self.measured.to_dict()
         return d
 
     @classmethod
@@ -282,8 +287,14 @@ class Operators:
         tb = d.get("training_batch_size")
         if tb is not None and (not is_int(tb) or tb < 1):
             raise TraceError(f"{path}.training_batch_size must be a positive int, got {tb!r}")
-        return cls(families, method, tb, {k: v for k, v in d.items()
-                                          if k not in ("method", "families", "training_batch_size")})
+        measured = None
+        if d.get("measured") is not None:
+            from .measured import MeasuredOperators
+
+            measured = MeasuredOperators.from_dict(d["measured"], f"{path}.measured")
+        return cls(families, method, tb, measured,
+                   {k: v for k, v in d.items()
+                    if k not in ("method", "families", "training_batch_size", "measured")})
 
 
 def affine_fit(v1: int, v2: int, b1: int, b2: int, what: str) -> tuple[int, int]:

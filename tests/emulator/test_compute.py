@@ -316,3 +316,57 @@ def test_given_seconds_stretch_the_measured_ready_offsets():
     with pytest.raises(emulator.ConfigError, match="ComputeModel.compute_scale"):
         ComputeModel(compute_scale=-1.0)
     assert math.isfinite(sum(ComputeModel().phases(trace)[:3]))
+
+
+# ---------------------------------------------------------------- measured operator seconds
+@pytest.fixture(scope="module")
+def timed_trace():
+    """An MLP measured on this CPU with one step timed per operator (a CUDA trace carries the
+    same record, from the kernels' device time)."""
+    return qsgd.measure("mlp", CFG, iterations=1, batch_size=8, device="cpu", seed=0,
+                        operator_seconds=True)
+
+
+def test_a_timed_step_records_every_operator_with_its_seconds(timed_trace, tmp_path):
+    m = timed_trace.operators.measured
+    fp32 = timed_trace.operators.family("fp32")
+    assert [o.op for o in m.operators.ops] == [o.op for o in fp32.ops]
+    assert len(m.seconds) == len(fp32.ops) and all(s > 0 for s in m.seconds)
+    assert m.batch_size == 8 and all(o.bytes[1] == 0 for o in m.operators.ops)
+    assert [o.bytes[0] for o in m.operators.ops] == [o.bytes_at(8) for o in fp32.ops]
+    path = tmp_path / "t.json"
+    timed_trace.save(path)
+    assert qsgd.PayloadTrace.load(path).operators.measured == m
+
+
+def _as_measured_on(trace, name):
+    m = dataclasses.replace(trace.operators.measured, device_name=name)
+    return dataclasses.replace(trace, operators=dataclasses.replace(trace.operators, measured=m))
+
+
+def test_measured_seconds_are_used_as_they_are_on_the_same_gpu(timed_trace):
+    trace = _as_measured_on(timed_trace, "NVIDIA A100-SXM4-80GB")
+    m = trace.operators.measured
+    model = ComputeModel.for_device("A100", trace, batch_size=8, precision="fp32")
+    assert "per-operator seconds measured on A100-80GB" in model.source
+    want = step_times(m.operators, 8, device("A100"), precision("fp32"), m.seconds)
+    assert model.phases(trace)[:3] == (want.forward_s, want.backward_s, want.optimizer_s)
+    # at another batch or precision the measurement does not apply: the model times the step
+    other = ComputeModel.for_device("A100", trace, batch_size=16, precision="fp32")
+    assert "per-operator roofline" in other.source
+
+
+def test_measured_seconds_scale_per_operator_to_another_gpu(timed_trace):
+    trace = _as_measured_on(timed_trace, "NVIDIA A100-SXM4-80GB")
+    m = trace.operators.measured
+    a100, h100, fp32 = device("A100"), device("H100"), precision("fp32")
+    model = ComputeModel.for_device("H100", trace, batch_size=8, precision="fp32")
+    assert "scaled by the model's A100-80GB-to-H100-SXM ratio" in model.source
+    scaled = [s * kernel_seconds(o, 8, h100, fp32.mode(o.kind, o.dtype, h100))
+              / kernel_seconds(o, 8, a100, fp32.mode(o.kind, o.dtype, a100))
+              for o, s in zip(m.operators.ops, m.seconds)]
+    want = step_times(m.operators, 8, h100, fp32, scaled)
+    assert model.phases(trace)[:3] == pytest.approx((want.forward_s, want.backward_s, want.optimizer_s))
+    # a CPU's seconds are never a GPU's: the trace as measured here is timed by the model
+    assert "roofline" in ComputeModel.for_device("A100", timed_trace, batch_size=8,
+                                                 precision="fp32").source
