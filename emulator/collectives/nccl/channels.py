@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from .. import tree as textbook_tree
 from . import constants as C
-from .system import NcclSystem
+from . import pipeline
+from .system import INTRA_CLASSES, NVLINK_CLASSES, NcclSystem, _link_class
 
 
 @dataclass(frozen=True)
@@ -275,6 +276,49 @@ def channel_rings(system: NcclSystem, channels: int | None = None) -> list:
         raise ConfigError(f"channels={channels!r}: this topology carries 1..{most} channels "
                           f"({why})")
     return [rings[c % len(rings)] for c in range(channels)]
+
+
+def communicator_channels(system: NcclSystem) -> int:
+    """The channels NCCL's communicator has on ``system`` (:func:`.pipeline.communicator_channels`
+    from the first node's GPU links and NICs); the distinct rings of :func:`base_rings` carry
+    them, ``communicator_channels / len(rings)`` NCCL channels each. Kept with the system.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_h100x2"), range(16))
+    >>> communicator_channels(s), len(base_rings(s)[0])
+    (16, 8)
+    """
+    return system.kept("nccl_channels", (), lambda: _communicator_channels(system))
+
+
+def _communicator_channels(system: NcclSystem) -> int:
+    rings, _ = base_rings(system)
+    G = system.G
+    g0 = system.gpu(system.nodes[0][0])
+    links = [G.edges[g0, v] for v in G[g0]]
+    nv = [d for d in links if _link_class(d) in NVLINK_CLASSES]
+    pcie = [d["bandwidth"] * C.PCI_EFFICIENCY for d in links if _link_class(d) == "pcie"]
+    if system.intra_hw == "nvlink" and nv:
+        if system.nvswitch:
+            gpu_bw = sum(d["bandwidth"] * system.usable_fraction(d) for d in nv)
+        else:       # a mesh: a channel runs over one NVLink lane at a time
+            gpu_bw = max(d["bandwidth"] / max(int(d.get("lanes", 1)), 1)
+                         * system.usable_fraction(d) for d in nv)
+    else:
+        gpu_bw = max(pcie, default=max((d["bandwidth"] for d in links), default=1e9))
+    nic_bws = []
+    for nic in system.nics[0]:
+        out = [G.edges[nic, v]["bandwidth"] for v in G[nic]
+               if _link_class(G.edges[nic, v]) not in INTRA_CLASSES]
+        nic_bws.append(max(out, default=float(G.nodes[nic].get("bandwidth", 0.0)) or 1e9))
+    if system.n_nodes > 1 and nic_bws and pcie:
+        gpu_bw = max(pcie)          # between nodes a channel's speed is its GPU-NIC path's
+    return pipeline.communicator_channels(
+        system.arch, nodes=system.n_nodes, nvswitch=system.nvswitch, gpu_bw=gpu_bw,
+        nic_bws=nic_bws if system.n_nodes > 1 else (), distinct=len(rings),
+        nvlink=system.intra_hw == "nvlink", unpack=getattr(system, "unpack", False))
 
 
 def channels_for_size(n_ranks: int, algo: str, proto: str, nbytes: int, channels: int) -> int:

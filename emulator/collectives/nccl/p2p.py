@@ -18,10 +18,11 @@ import numpy as np
 
 from .._schedule import Builder, Route
 from . import constants as C
+from . import pipeline
 from .builders import hop_latency
 from .system import NcclSystem
 
-__all__ = ["Table", "table", "alltoall", "time", "uniform"]
+__all__ = ["Table", "table", "alltoall", "time", "uniform", "slot_waits"]
 
 
 @dataclass(frozen=True)
@@ -209,9 +210,44 @@ def _waits(system: NcclSystem, t: Table, proto: str) -> np.ndarray:
                     hop_latency(system, False, "Ring", proto))
 
 
+def slot_waits(system: NcclSystem, t: Table, n: np.ndarray, proto: str, eff: float) -> np.ndarray:
+    """Per send of ``n`` payload bytes, the seconds its chunks wait for the connection's slots
+    beyond their bytes (:func:`.pipeline.window_wait`, over arrays): a send moves
+    ``p2pChunkSize`` chunks (512 KiB on all-NVLink nodes, 128 KiB on PCIe and between nodes,
+    a quarter or half of it for a send below one or eight chunks over the network; LL's
+    32 KiB steps up to 16 KiB), at most ``NCCL_STEPS`` in flight, each slot back a handshake
+    each way after its chunk left (src/enqueue.cc, src/init.cc). One channel per peer.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16))
+    >>> t = table(s)
+    >>> w = slot_waits(s, t, np.full(len(t.i), 1 << 24), "Simple", 1.0)
+    >>> float(w.max())        # every pair sends at once: a chunk's bytes outlast its slot
+    0.0
+    """
+    bufs = system.buffers
+    if proto == "LL":
+        chunk = np.full(len(n), bufs.step("LL") // 2, dtype=np.int64)
+    else:
+        path = ("net" if system.n_nodes > 1 else
+                "nvlink" if system.intra_hw == "nvlink" else "pci")
+        step = min(pipeline.P2P_CHUNK[path], bufs.simple // pipeline.NCCL_STEPS)
+        chunk = np.full(len(n), step, dtype=np.int64)
+        chunk = np.where(t.net & (n < step), step // 4,
+                         np.where(t.net & (n < 8 * step), step // 2, chunk))
+    count = np.ceil(np.maximum(n, 1) / chunk)
+    tc = chunk / (t.rate * eff / t.inflation)
+    lat = _waits(system, t, proto)
+    per = np.maximum(0.0, (2 * lat + tc) / pipeline.NCCL_STEPS - tc)
+    return np.maximum(count - 1, 0) * per
+
+
 def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
     """Seconds of :func:`alltoall` with every send at once: the slowest
-    ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency).
+    ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency;
+    the wait is the per-step latency and the slots' :func:`slot_waits`).
 
     Examples
     --------
@@ -224,8 +260,10 @@ def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
     if not len(t.i):
         return 0.0
     n = np.asarray(sizes)[t.i, t.j].astype(np.int64)
-    scale = t.inflation / C.PROTOCOL_EFFICIENCY[proto]
-    return float(np.max(_waits(system, t, proto) + t.latency + np.ceil(n * scale) / t.rate))
+    eff = C.PROTOCOL_EFFICIENCY[proto]
+    scale = t.inflation / eff
+    wait = _waits(system, t, proto) + slot_waits(system, t, n, proto, eff)
+    return float(np.max(wait + t.latency + np.ceil(n * scale) / t.rate))
 
 
 def alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="alltoall",
@@ -253,6 +291,6 @@ def alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="
     wire = np.ceil(n * (t.inflation / eff)).astype(np.int64)
     route_ids = np.array([b.route(r) for r in t.routes], dtype=np.int64)
     ranks = np.asarray(system.ranks, dtype=np.int64)
-    ids[t.i, t.j] = b.add(ranks[t.i], ranks[t.j], wire, (), tag, _waits(system, t, proto),
-                          route_ids[t.route])
+    wait = _waits(system, t, proto) + slot_waits(system, t, n, proto, eff)
+    ids[t.i, t.j] = b.add(ranks[t.i], ranks[t.j], wire, (), tag, wait, route_ids[t.route])
     return ids

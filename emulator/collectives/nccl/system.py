@@ -200,6 +200,19 @@ class NcclSystem:
     def router(self):
         return self._router
 
+    @property
+    def buffers(self):
+        """NCCL's connection buffers (:class:`.pipeline.Buffers`): NCCL_BUFFSIZE from the
+        graph's ``nccl_buffsize`` attribute (bytes) when set, else NCCL's defaults."""
+        from .pipeline import Buffers
+
+        size = self.G.graph.get("nccl_buffsize")
+        key = ("buffers", size)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = Buffers() if size is None else Buffers(simple=size)
+        return hit
+
     def ll128_enabled(self) -> bool:
         """tuning.cc: LL128 only over NVLink inside nodes, on Volta or newer GPUs of one kind."""
         return self.intra_hw == "nvlink" and self.sm is not None and self.sm >= 70
