@@ -120,6 +120,7 @@ FAMILIES: dict[str, Family] = {
         "link": _LINK, "hosts_per_leaf": ("hosts_per_leaf", _int), "spines": ("spines", _int),
         "oversub": ("oversubscription", _float), "oversubscription": ("oversubscription", _float),
         "k": ("k", _int), "nodes_per_unit": ("nodes_per_unit", _int),
+        "transport": ("transport", _str),
     }, ("machines",), "cluster:dgx_a100x4,fabric=leaf_spine"),
 }
 # Every other preset takes no parameter: the spec is its name.

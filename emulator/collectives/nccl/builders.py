@@ -49,9 +49,9 @@ MAX_CHUNKS = 8
 
 def hop_latency(system: NcclSystem, net: bool, algo: str, proto: str) -> float:
     """NCCL's per-step latency (s) of a hop over the network (``net``) or inside a node: a
-    network plugin's own figure where it publishes one (:data:`.constants.PLUGIN_NET_LATENCY`,
-    by the NICs' protocol), else tuning.cc's ``hwLat``."""
-    plugin = C.PLUGIN_NET_LATENCY.get(system.net_protocol) if net else None
+    network plugin's own figure where it publishes one (the NICs' transport,
+    :mod:`.transports`), else tuning.cc's ``hwLat``."""
+    plugin = system.transport.step_latency if net and system.transport is not None else None
     if plugin is not None:
         return plugin[0] + (plugin[1] if proto == "Simple" else 0.0)
     hw = "net" if net else system.intra_hw

@@ -221,11 +221,15 @@ def _balance(system: NcclSystem, rings: list) -> list:
     router = system.router
     load: dict = {}
     out = []
+    kind = system.G.nodes
     for rg in rings:
         stops = []
         for st in rg.stops:
-            if len(st) == 4:
-                paths = router.equal_cost_paths(st[1], st[2], limit=256)
+            k = next((i for i in range(len(st) - 1)
+                      if kind[st[i]].get("kind") == "nic" and kind[st[i + 1]].get("kind") == "nic"),
+                     None)
+            if k is not None:
+                paths = router.equal_cost_paths(st[k], st[k + 1], limit=256)
                 if len(paths) > 1:
                     def cost(path):
                         links = list(zip(path, path[1:]))
@@ -233,7 +237,7 @@ def _balance(system: NcclSystem, rings: list) -> list:
                     path = min(paths, key=cost)
                     for e in zip(path, path[1:]):
                         load[e] = load.get(e, 0) + 1
-                    st = (st[0], *path, st[3])
+                    st = (*st[:k], *path, *st[k + 2:])
             stops.append(st)
         out.append(Ring(rg.order, tuple(stops), rg.flow, rg.nics))
     return out
@@ -250,7 +254,9 @@ def _ring(system: NcclSystem, parts, nics, flow: int) -> Ring:
         a, b = order[i], order[(i + 1) % p]
         ha, hb = bounds[i], bounds[(i + 1) % p]
         if ha != hb and nics[ha] is not None and nics[hb] is not None:
-            stops.append((system.gpu(a), nics[ha], nics[hb], system.gpu(b)))
+            stops.append(system.net_stops(a, b, nics[ha], nics[hb]))
+        elif system.node_of(a) == system.node_of(b):
+            stops.append(system.intra_stops(a, b))
         else:
             stops.append((system.gpu(a), system.gpu(b)))
     return Ring(tuple(order), tuple(stops), flow, tuple(nics))
@@ -399,7 +405,7 @@ def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:
                 parent[r] = chain[i - 1] if i else -1
                 children[r] = [chain[i + 1]] if i + 1 < len(chain) else []
                 if i:
-                    stops[(chain[i - 1], r)] = (system.gpu(chain[i - 1]), system.gpu(r))
+                    stops[(chain[i - 1], r)] = system.intra_stops(chain[i - 1], r)
         for h in range(H):
             head = per_node[h][0]
             if parent_h[h] >= 0:
@@ -408,7 +414,7 @@ def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:
                 children[up] = children[up] + [head]
                 nic_a, nic_b = ring.nics[h], ring.nics[parent_h[h]]
                 if nic_a is not None and nic_b is not None:
-                    stops[(up, head)] = (system.gpu(up), nic_b, nic_a, system.gpu(head))
+                    stops[(up, head)] = system.net_stops(up, head, nic_b, nic_a)
                 else:
                     stops[(up, head)] = (system.gpu(up), system.gpu(head))
         root = next(r for r in parent if parent[r] < 0 and r in [c[0] for c in per_node])

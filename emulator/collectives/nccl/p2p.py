@@ -80,6 +80,8 @@ def _make_table(system: NcclSystem) -> Table:
     thousand distinct legs, with the same numbers as :meth:`.NcclSystem.hop` and
     :func:`.cost.shared_rates` give send by send. The sends' stops are
     :meth:`.NcclSystem.p2p_stops`' rule over arrays (``_stops``)."""
+    if not system.plain_p2p:
+        return _make_table_by_send(system)
     ii, jj, L, route, routes, legs = _stops(system)
     facts = [system.leg(*key) for key in legs]
     pad = len(facts)                    # a leg of no links, no latency: pads shorter sends
@@ -101,6 +103,47 @@ def _make_table(system: NcclSystem) -> Table:
         latency = latency + lat[L[:, k]]
     return Table(i=ii, j=jj, latency=latency, inflation=raw[L].min(axis=1) / usable[L].min(axis=1),
                  net=net[L].any(axis=1), rate=rate[L].min(axis=1), route=route, routes=routes)
+
+
+def _make_table_by_send(system: NcclSystem) -> Table:
+    """:func:`_make_table` send by send from :meth:`.NcclSystem.p2p_stops`, for systems whose
+    sends go through host memory (SHM inside a node, a socket transport between nodes): the
+    array rule of :func:`_stops` knows only GPU-to-GPU and GPUDirect routes. Such systems are
+    PCIe boxes and Ethernet clusters of a few nodes, where a loop over the pairs is cheap."""
+    ranks = system.ranks
+    order = sorted(range(len(ranks)), key=lambda k: ranks[k])
+    sends, routes, route_of = [], [], {}
+    for a in order:
+        for b in order:
+            if a == b:
+                continue
+            stops, flow = system.p2p_stops(ranks[a], ranks[b])
+            r = Route(via=tuple(stops[1:-1]), flow=flow if len(stops) > 2 else 0)
+            if r not in route_of:
+                route_of[r] = len(routes)
+                routes.append(r)
+            sends.append((a, b, [system.leg(u, v, flow) for u, v in zip(stops, stops[1:])],
+                          route_of[r]))
+    count: dict = {}
+    for _, _, legs, _ in sends:
+        for leg in legs:
+            for c in leg[0]:
+                count[c] = count.get(c, 0) + 1
+    cols = {"i": [], "j": [], "latency": [], "inflation": [], "net": [], "rate": [], "route": []}
+    for a, b, legs, r in sends:
+        chans = [(c, bw) for leg in legs for c, bw in zip(leg[0], leg[2])]
+        cols["i"].append(a)
+        cols["j"].append(b)
+        cols["latency"].append(sum(leg[1] for leg in legs))
+        cols["inflation"].append(min((x for leg in legs for x in leg[2]), default=np.inf)
+                                 / min((x for leg in legs for x in leg[3]), default=np.inf))
+        cols["net"].append(any(leg[4] for leg in legs))
+        cols["rate"].append(min((bw / count[c] for c, bw in chans), default=np.inf))
+        cols["route"].append(r)
+    return Table(i=np.array(cols["i"], dtype=np.int64), j=np.array(cols["j"], dtype=np.int64),
+                 latency=np.array(cols["latency"]), inflation=np.array(cols["inflation"]),
+                 net=np.array(cols["net"], dtype=bool), rate=np.array(cols["rate"]),
+                 route=np.array(cols["route"], dtype=np.int64), routes=tuple(routes))
 
 
 def _stops(system: NcclSystem) -> tuple:
