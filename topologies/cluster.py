@@ -90,7 +90,7 @@ FABRICS: dict[str, Callable] = {
 
 def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
             nic_bandwidth: float | None = None, latency: float = FABRIC_LATENCY,
-            link: str | None = None, transport: str | None = None,
+            link: str | None = None, transport: str | None = None, p2p: bool | None = None,
             **fabric_options) -> nx.Graph:
     """``nodes`` copies of a machine joined through a fabric by their NICs.
 
@@ -117,6 +117,9 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
     transport : str, optional
         The NCCL network transport every NIC runs (``"socket"``, ``"tcpx"``, ...; one its
         kind can run, :data:`.machines.parts.TRANSPORTS`); default each NIC's own.
+    p2p : bool, optional
+        Whether the GPUs allow peer-to-peer access over PCIe (GPU attribute ``p2p``; False on
+        consumer cards); only for machines whose GPUs talk over PCIe.
 
     Returns
     -------
@@ -153,6 +156,14 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
         rates = [float(machine.nodes[n]["bandwidth"]) for n in nics]
     else:
         rates = [check_positive(fam, "nic_bandwidth", nic_bandwidth)] * len(nics)
+    if p2p is not None:
+        if not isinstance(p2p, bool):
+            raise SpecError(f"{fam}: p2p={p2p!r} must be on or off (true or false)")
+        nvlink = sorted({str(d.get("link")) for a, b, d in machine.edges(data=True)
+                         if (a in local or b in local) and d.get("link") in ("nvlink", "nvswitch")})
+        if nvlink:
+            raise SpecError(f"{fam}: p2p={'on' if p2p else 'off'} applies to GPUs that talk over "
+                            f"PCIe; the GPUs of {label!r} are joined by {', '.join(nvlink)}")
     if transport is not None:
         for n in nics:
             check_transport(fam, str(machine.nodes[n].get("protocol", "ib")), transport)
@@ -170,6 +181,8 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
             attrs["host"] = i
             if transport is not None and d.get("kind") == "nic":
                 attrs["transport"] = transport
+            if p2p is not None and d.get("kind") == "gpu":
+                attrs["p2p"] = p2p
             if n in local_rank:
                 attrs["rank"] = i * g + local_rank[n]
             G.add_node(pre + str(n), **attrs)

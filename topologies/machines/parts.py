@@ -32,6 +32,19 @@ PCIE_X16 = {3: 15.75e9, 4: 31.5e9, 5: 63e9}
 GBIT = 1e9 / 8              # bytes/s of 1 Gb/s
 EDR, HDR, NDR = 100 * GBIT, 200 * GBIT, 400 * GBIT
 QPI = 19.2e9
+#: The socket link between the two CPUs of a server, per CPU family: (vendor, link class,
+#: links, bytes/s per direction of one link), from the vendors' specifications: Xeon E5 v4
+#: (Broadwell) QPI at 9.6 GT/s x 2 bytes (modelled as one link, as the presets always had);
+#: Xeon Scalable 3rd gen (Ice Lake) 3 UPI links at 11.2 GT/s; 4th gen (Sapphire Rapids) 4 UPI
+#: 2.0 links at 16 GT/s; EPYC 7003 (Milan, Zen 3) 4 xGMI-2 x16 links at 18 Gb/s per lane;
+#: EPYC 9004 (Genoa, Zen 4) 4 xGMI-3 x16 links at 32 Gb/s per lane.
+CPU_FAMILIES = {
+    "broadwell": ("intel", "qpi", 1, QPI),
+    "icelake": ("intel", "upi", 3, 22.4e9),
+    "sapphire_rapids": ("intel", "upi", 4, 32e9),
+    "zen3": ("amd", "xgmi", 4, 36e9),
+    "zen4": ("amd", "xgmi", 4, 64e9),
+}
 
 NVLINK_LATENCY = 0.6e-6     # a direct GPU-GPU NVLink hop
 NVSWITCH_LATENCY = 0.3e-6   # GPU to the NVSwitch fabric: GPU-GPU = 0.6 us, like a direct hop
