@@ -330,9 +330,14 @@ class NcclSystem:
         up to PXB (up to SYS between the two GPUs of an AMD host), and only where both GPUs
         allow peer access (GPU attribute ``p2p``, False where the driver turns it off, as on
         consumer cards)."""
-        if self.G.nodes[self.gpu(a)].get("p2p", True) is False or \
-                self.G.nodes[self.gpu(b)].get("p2p", True) is False:
+        off = self.memo.get("p2p_off")
+        if off is None:
+            off = self.memo["p2p_off"] = frozenset(
+                r for r in self.ranks if self.G.nodes[self.gpu(r)].get("p2p", True) is False)
+        if a in off or b in off:
             return False
+        if self.intra_hw == "nvlink":           # NVL paths: P2P (a rank's node is all NVLink)
+            return True
         level = _PATH_ORDER["PXB"]
         cpu = self.cpu_of(a)
         if (cpu is not None and self.G.nodes[cpu].get("vendor") == "amd"
@@ -356,10 +361,13 @@ class NcclSystem:
         """The stops of ``a``'s steps to ``b`` inside a node: GPU to GPU (P2P), or through the
         host memory of ``b``'s CPU (NCCL's SHM transport keeps the buffer on the receiver's
         side: shm.cc ``NCCL_SHM_LOCALITY``), each step crossing both GPUs' PCIe links."""
-        if self.p2p_allowed(a, b):
-            return (self.gpu(a), self.gpu(b))
-        cpu = self.cpu_of(b)
-        return (self.gpu(a), self.gpu(b)) if cpu is None else (self.gpu(a), cpu, self.gpu(b))
+        key = ("intra_stops", a, b)
+        hit = self.memo.get(key)
+        if hit is None:
+            cpu = None if self.p2p_allowed(a, b) else self.cpu_of(b)
+            hit = self.memo[key] = ((self.gpu(a), self.gpu(b)) if cpu is None
+                                    else (self.gpu(a), cpu, self.gpu(b)))
+        return hit
 
     def net_stops(self, a: int, b: int, nic_a, nic_b) -> tuple:
         """The stops of a network step from rank ``a`` through ``nic_a`` and ``nic_b`` to rank
