@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 
 import emulator
@@ -122,13 +121,15 @@ def test_nvls_chunks_at_their_thresholds(heads):
     k = 1024
     for share, chunk in ((64 * heads * 128 * k, 128 * k), (64 * heads * 128 * k - 1, 64 * k),
                          (8 * heads * 64 * k, 64 * k), (8 * heads * 64 * k - 1, 32 * k),
-                         (2 * heads * 32 * k, 32 * k), (2 * heads * 32 * k - 1, 16 * k), (1, 16 * k)):
+                         (2 * heads * 32 * k, 32 * k), (2 * heads * 32 * k - 1, 16 * k),
+                         (1, 16 * k)):
         assert P.nvls_chunking("NVLS", share, heads).chunk_bytes == chunk, share
     for share, chunk in ((32 * heads * 256 * k, 256 * k), (32 * heads * 256 * k - 1, 256 * k),
                          (heads * 64 * k - 1, 32 * k)):
         assert P.nvls_chunking("NVLSTree", share, heads, 256 * k).chunk_bytes == chunk, share
     assert P.nvls_channels("hopper", 1) == 16 and P.nvls_channels("blackwell", 1) == 24
-    assert P.nvls_channels("blackwell", 2, 50e9) == 32 and P.nvls_channels("blackwell", 4, 50e9) == 24
+    assert P.nvls_channels("blackwell", 2, 50e9) == 32
+    assert P.nvls_channels("blackwell", 4, 50e9) == 24
 
 
 def test_p2p_chunks_follow_the_path_and_the_size():
@@ -241,3 +242,12 @@ def test_simulate_takes_nccl_buffsize(capsys):
                  "--nccl-buffsize", "1000"]) != 0
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "NCCL_BUFFSIZE=1000" in err[0] and "4096" in err[0]
+
+
+@pytest.mark.parametrize("spec, algo, channels", [
+    ("dgx_h100", "NVLS", 16), ("hgx_b200", "NVLS", 24),
+    ("cluster:dgx_h100x2", "NVLSTree", 16), ("cluster:hgx_b200x2", "NVLSTree", 32),
+    ("cluster:hgx_b200x4", "NVLSTree", 24)])
+def test_nvls_plans_report_nvls_channels(spec, algo, channels):
+    p = nccl.plan(topologies.from_spec(spec), "allreduce", 1 << 28, algo=algo)
+    assert (p.algorithm, p.channels) == (algo, channels)

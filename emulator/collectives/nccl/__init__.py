@@ -30,7 +30,7 @@ from ...errors import ConfigError
 from .._schedule import Builder, check_ranks
 from . import builders, constants, cost, p2p, pipeline
 from .channels import (base_rings, channel_rings, channel_trees, channels_for_size,
-                       communicator_channels)
+                       communicator_channels, nic_bandwidths)
 from .constants import ALGOS, PROTOCOLS
 from .system import NcclSystem
 
@@ -99,8 +99,8 @@ class Plan:
         NCCL's names (``Ring``/``Tree``/``NVLS``/``NVLSTree``/``P2P``; ``LL``/``LL128``/
         ``Simple``).
     channels : int
-        Channels (rings) the schedule uses: the communicator's, fewer for a small message
-        (:func:`channels_for_size`).
+        NCCL's channels the message runs on: the communicator's, fewer for a small message
+        (:func:`channels_for_size`); NVLS's own (:func:`.pipeline.nvls_channels`).
     predicted_s : float
         The closed form's seconds for the choice.
     candidates : tuple of (algorithm, protocol, seconds)
@@ -225,8 +225,11 @@ def _choose(system, rings, op, nbytes, algo, proto, blocks=None, comm=None):
     # NCCL chooses with every channel counted, then runs a small message on fewer
     # (channels_for_size); the choice's time is that of the channels it runs on.
     nc = channels_for_size(len(system.ranks), a, p, nbytes, comm)
+    if a in ("NVLS", "NVLSTree"):       # NVLS runs on its own channels (nvls.cc)
+        nc = pipeline.nvls_channels(system.arch, system.n_nodes,
+                                    min(nic_bandwidths(system), default=0.0))
     run = _running(rings, comm, nc)
-    if nc < comm:
+    if nc < comm and a in ("Ring", "Tree"):
         t = _time(system, run, op, a, p, nbytes, blocks, comm=comm, nc=nc)
     return (a, p, t), tuple(timed), run, nc
 

@@ -314,17 +314,25 @@ def _communicator_channels(system: NcclSystem) -> int:
                          * system.usable_fraction(d) for d in nv)
     else:
         gpu_bw = max(pcie, default=max((d["bandwidth"] for d in links), default=1e9))
-    nic_bws = []
-    for nic in system.nics[0]:
-        out = [G.edges[nic, v]["bandwidth"] for v in G[nic]
-               if _link_class(G.edges[nic, v]) not in INTRA_CLASSES]
-        nic_bws.append(max(out, default=float(G.nodes[nic].get("bandwidth", 0.0)) or 1e9))
+    nic_bws = nic_bandwidths(system)
     if system.n_nodes > 1 and nic_bws and pcie:
         gpu_bw = max(pcie)          # between nodes a channel's speed is its GPU-NIC path's
     return pipeline.communicator_channels(
         system.arch, nodes=system.n_nodes, nvswitch=system.nvswitch, gpu_bw=gpu_bw,
         nic_bws=nic_bws if system.n_nodes > 1 else (), distinct=len(rings),
         nvlink=system.intra_hw == "nvlink", unpack=getattr(system, "unpack", False))
+
+
+def nic_bandwidths(system: NcclSystem) -> list:
+    """Bytes/s of each NIC of the first node, as NCCL reads its speed: the NIC's link to the
+    fabric (``cluster:...,nic_bw=`` sets it), else its ``bandwidth`` attribute."""
+    G = system.G
+    out = []
+    for nic in system.nics[0] if system.nics else ():
+        fabric = [G.edges[nic, v]["bandwidth"] for v in G[nic]
+                  if _link_class(G.edges[nic, v]) not in INTRA_CLASSES]
+        out.append(max(fabric, default=float(G.nodes[nic].get("bandwidth", 0.0)) or 1e9))
+    return out
 
 
 def channels_for_size(n_ranks: int, algo: str, proto: str, nbytes: int, channels: int) -> int:
