@@ -128,16 +128,17 @@ class Network:
 
     def shape(self, op: str, algorithm: str, nbytes: int):
         """What fixes the shape of the schedule of ``op`` by ``algorithm`` at ``nbytes``
-        (:mod:`emulator.interpolation`): NCCL's plan (algorithm, protocol, channels) under
-        NCCL's model, the (op, algorithm) of a textbook one; None where the sizes of its parts do
-        not follow the bytes alone (the QSGD transports' payload lists).
+        (:mod:`emulator.interpolation`): NCCL's plan (algorithm, protocol, channels, a ring
+        channel's loops) under NCCL's model, the (op, algorithm) of a textbook one; None where
+        the sizes of its parts do not follow the bytes alone (the QSGD transports' payload
+        lists).
 
         Examples
         --------
         >>> import topologies
         >>> net = Network(topologies.from_spec("dgx_a100"))
         >>> net.shape("allgather", "nccl", 1 << 30)
-        ('allgather', 'nccl', 'Ring', 'Simple', 1)
+        ('allgather', 'nccl', 'Ring', 'Simple', 24, 3)
         >>> net.shape("allreduce", "ring", 1 << 30)
         ('allreduce', 'ring')
         """
@@ -147,7 +148,7 @@ class Network:
         if algorithm in nccl.NAMES:
             p = nccl.plan(self.G, op, int(nbytes), range(self.world_size),
                           algo=nccl.NAMES[algorithm])
-            return op, algorithm, p.algorithm, p.protocol, p.channels
+            return op, algorithm, p.algorithm, p.protocol, p.channels, p.loops
         return op, algorithm
 
     def prefetch(self, requests: Iterable[tuple[str, str, int]], workers: int = 1) -> int:

@@ -17,6 +17,7 @@ from .errors import SpecError
 from .fat_tree import build_fat_tree_fabric, check_k
 from .leaf_spine import build_leaf_spine_fabric, uplink_for
 from .machines import PRESETS
+from .machines.parts import check_transport
 
 #: Default fabric hop latency (s): a switch port-to-port traversal plus cable, the order of an
 #: InfiniBand or RoCE switch hop as seen end to end.
@@ -89,7 +90,8 @@ FABRICS: dict[str, Callable] = {
 
 def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
             nic_bandwidth: float | None = None, latency: float = FABRIC_LATENCY,
-            link: str | None = None, **fabric_options) -> nx.Graph:
+            link: str | None = None, transport: str | None = None, p2p: bool | None = None,
+            **fabric_options) -> nx.Graph:
     """``nodes`` copies of a machine joined through a fabric by their NICs.
 
     Parameters
@@ -112,6 +114,12 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
         Seconds per fabric link.
     link : str, optional
         Class of the fabric links; default the NICs' ``protocol`` (``"ib"`` or ``"ethernet"``).
+    transport : str, optional
+        The NCCL network transport every NIC runs (``"socket"``, ``"tcpx"``, ...; one its
+        kind can run, :data:`.machines.parts.TRANSPORTS`); default each NIC's own.
+    p2p : bool, optional
+        Whether the GPUs allow peer-to-peer access over PCIe (GPU attribute ``p2p``; False on
+        consumer cards); only for machines whose GPUs talk over PCIe.
 
     Returns
     -------
@@ -148,6 +156,17 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
         rates = [float(machine.nodes[n]["bandwidth"]) for n in nics]
     else:
         rates = [check_positive(fam, "nic_bandwidth", nic_bandwidth)] * len(nics)
+    if p2p is not None:
+        if not isinstance(p2p, bool):
+            raise SpecError(f"{fam}: p2p={p2p!r} must be on or off (true or false)")
+        nvlink = sorted({str(d.get("link")) for a, b, d in machine.edges(data=True)
+                         if (a in local or b in local) and d.get("link") in ("nvlink", "nvswitch")})
+        if nvlink:
+            raise SpecError(f"{fam}: p2p={'on' if p2p else 'off'} applies to GPUs that talk over "
+                            f"PCIe; the GPUs of {label!r} are joined by {', '.join(nvlink)}")
+    if transport is not None:
+        for n in nics:
+            check_transport(fam, str(machine.nodes[n].get("protocol", "ib")), transport)
     if link is None:
         link = str(machine.nodes[nics[0]].get("protocol", "ib"))
     link = check_link(fam, link)
@@ -160,6 +179,10 @@ def cluster(node="dgx_a100", nodes: int = 2, *, fabric: str = "leaf_spine",
         for n, d in machine.nodes(data=True):
             attrs = dict(d)
             attrs["host"] = i
+            if transport is not None and d.get("kind") == "nic":
+                attrs["transport"] = transport
+            if p2p is not None and d.get("kind") == "gpu":
+                attrs["p2p"] = p2p
             if n in local_rank:
                 attrs["rank"] = i * g + local_rank[n]
             G.add_node(pre + str(n), **attrs)

@@ -39,6 +39,15 @@ def _float(text: str) -> float:
     return float(text)
 
 
+def _onoff(text: str) -> bool:
+    value = text.strip().lower()
+    if value in ("on", "true", "yes", "1"):
+        return True
+    if value in ("off", "false", "no", "0"):
+        return False
+    raise ValueError("expected on or off")
+
+
 def _dims(text: str) -> tuple:
     parts = text.lower().split("x")
     return tuple(_int(p) for p in parts)
@@ -112,8 +121,9 @@ FAMILIES: dict[str, Family] = {
         "gpus": ("gpus", _int), "gpus_per_switch": ("gpus_per_switch", _int),
         "gen": ("pcie_gen", _int), "pcie_gen": ("pcie_gen", _int),
         "nic_bw": ("nic_bandwidth", parse_bandwidth), "nics": ("nics", _int),
-        "gpu": ("gpu_model", _str),
-    }, ("gpus",), "pcie_box:gpus=8,gen=4,gpu=RTX4090"),
+        "layout": ("layout", _str), "sockets": ("sockets", _int), "cpu": ("cpu", _str),
+        "p2p": ("p2p", _onoff), "gpu": ("gpu_model", _str),
+    }, ("gpus",), "pcie_box:gpus=8,gen=4,gpu=RTX4090,layout=root,cpu=zen4,p2p=off"),
     "cluster": Family(cluster, {
         "machines": (("node", "nodes"), _node_count),
         "node": ("node", _str), "nodes": ("nodes", _int), "fabric": ("fabric", _str),
@@ -121,6 +131,7 @@ FAMILIES: dict[str, Family] = {
         "link": _LINK, "hosts_per_leaf": ("hosts_per_leaf", _int), "spines": ("spines", _int),
         "oversub": ("oversubscription", _float), "oversubscription": ("oversubscription", _float),
         "k": ("k", _int), "nodes_per_unit": ("nodes_per_unit", _int),
+        "transport": ("transport", _str), "p2p": ("p2p", _onoff),
     }, ("machines",), "cluster:dgx_a100x4,fabric=leaf_spine"),
 }
 # Every other preset takes no parameter: the spec is its name.

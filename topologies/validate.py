@@ -8,6 +8,7 @@ import networkx as nx
 
 from ._graph import KINDS, is_int
 from .errors import ValidationError
+from .machines.parts import TRANSPORTS as _TRANSPORTS
 
 
 def _positive(value) -> bool:
@@ -52,6 +53,11 @@ def validate_topology(G) -> nx.Graph:
                 raise ValidationError(f"node {n!r}: rank={rank} is also the rank of node "
                                       f"{ranks[rank]!r}")
             ranks[int(rank)] = n
+        elif kind == "nic" and "transport" in d and d["transport"] not in \
+                _TRANSPORTS.get(d.get("protocol", "ib"), ()):
+            raise ValidationError(f"node {n!r}: transport={d['transport']!r} cannot run on a "
+                                  f"NIC of kind {d.get('protocol', 'ib')!r} (it runs: "
+                                  f"{', '.join(_TRANSPORTS.get(d.get('protocol', 'ib'), ()))})")
         elif kind == "nic" and not isinstance(d.get("in_order_128", True), bool):
             raise ValidationError(f"node {n!r}: in_order_128={d['in_order_128']!r} must be "
                                   f"True or False")

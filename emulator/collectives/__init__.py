@@ -134,7 +134,8 @@ def build_schedule(op: str, algorithm: str, ranks, nbytes: int, *, chunks: int =
     Examples
     --------
     A ring allreduce on 4 ranks: 2 (p - 1) steps of one segment per rank, 2 (p - 1)/p of the
-    message sent by each rank; NCCL's model on two DGX A100 picks 8 ring channels for 64 MiB.
+    message sent by each rank; NCCL's model on two DGX A100 runs 64 MiB on all 16 of NCCL's
+    channels (two per NIC's ring).
 
     >>> import emulator, topologies
     >>> s = emulator.build_schedule("allreduce", "ring", 4, 4_000_000)
@@ -147,7 +148,7 @@ def build_schedule(op: str, algorithm: str, ranks, nbytes: int, *, chunks: int =
     >>> s = build_schedule("allreduce", "nccl", 16, 1 << 26,
     ...                    graph=topologies.from_spec("cluster:dgx_a100x2"))
     >>> s.detail["nccl"]["algorithm"], s.detail["nccl"]["channels"]
-    ('Ring', 8)
+    ('Ring', 16)
     """
     if (op, algorithm) not in ALGORITHMS:
         algos = sorted(a for o, a in ALGORITHMS if o == op)

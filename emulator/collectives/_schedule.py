@@ -305,9 +305,10 @@ class Schedule:
             object.__setattr__(self, name, value)
         object.__setattr__(self, "structure", _Structure())
 
-    def resized(self, size, nbytes: int) -> "Schedule":
+    def resized(self, size, nbytes: int, compute_s=None) -> "Schedule":
         """The same transfers carrying ``size`` bytes each: the schedule of the same shape for a
-        message of ``nbytes`` (an NCCL ring at another size changes nothing but the bytes).
+        message of ``nbytes`` (an NCCL ring at another size changes nothing but the bytes and,
+        given ``compute_s``, the seconds each transfer waits: its steps' handshakes).
 
         Shares every other array with this schedule, and its :attr:`structure`, so that the
         engine reuses what it derived from them (routes, dependants) instead of deriving it
@@ -335,7 +336,16 @@ class Schedule:
             _check_bytes(size, self.src, self.dst, self.ids, "Schedule.resized")
         if not is_int(nbytes) or nbytes < 0:
             raise ScheduleError(f"Schedule.resized: nbytes={nbytes!r} must be an int >= 0")
-        return _from_slots({**self._slots(), "size": size, "nbytes": int(nbytes), "detail": {}})
+        slots = {**self._slots(), "size": size, "nbytes": int(nbytes), "detail": {}}
+        if compute_s is not None:
+            compute_s = np.array(compute_s, dtype=np.float64)
+            if compute_s.shape != (n,):
+                raise ScheduleError(f"Schedule.resized: compute_s has shape {compute_s.shape}, "
+                                    f"the schedule {n} transfers")
+            if n and (not np.isfinite(compute_s).all() or compute_s.min() < 0):
+                raise ScheduleError("Schedule.resized: compute_s must be finite and >= 0")
+            slots["compute_s"] = compute_s
+        return _from_slots(slots)
 
     def _slots(self) -> dict:
         """Every slot but the Transfer objects (built again on demand)."""

@@ -59,6 +59,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(e.g. ^LL); default NCCL's choice for the size")
     parser.add_argument("--channels", default=None,
                         help="NCCL algorithms: channels (rings) to use; default NCCL's")
+    parser.add_argument("--nccl-buffsize", metavar="SIZE", default=None,
+                        help="NCCL algorithms: NCCL_BUFFSIZE, the Simple protocol's buffer per "
+                             "connection (default 4MiB; at least 4096 bytes)")
     parser.add_argument("--bytes", metavar="SIZE",
                         help="one collective of SIZE (e.g. 256MB, 64MiB; nccl-tests convention: "
                              "per rank for allreduce, the total for allgather/reduce_scatter)")
@@ -327,11 +330,19 @@ def run(args: argparse.Namespace) -> int:
     top = _int_option("--top", args.top, 0)
     nccl_alg = (args.op, args.algorithm) in emulator.NCCL_ALGORITHMS
     channels = None if args.channels is None else _int_option("--channels", args.channels, 1)
-    for option, value in (("--protocol", args.protocol), ("--channels", args.channels)):
+    buffsize = (None if args.nccl_buffsize is None
+                else _size_option("--nccl-buffsize", args.nccl_buffsize))
+    for option, value in (("--protocol", args.protocol), ("--channels", args.channels),
+                          ("--nccl-buffsize", args.nccl_buffsize)):
         if value is not None and not nccl_alg:
             raise ValueError(f"{option} {value!r} applies to NCCL algorithms only (nccl, "
                              f"nccl_ring, ...), not --algorithm {args.algorithm}")
     G = topologies.from_spec(args.topology)
+    if buffsize is not None:
+        from emulator.collectives.nccl.pipeline import Buffers
+
+        Buffers(simple=buffsize)            # one-line error naming the value and the minimum
+        G.graph["nccl_buffsize"] = buffsize
     n_gpus = len(topologies.gpus(G))
     nranks = n_gpus if args.ranks is None else _int_option("--ranks", args.ranks, 2)
     if nranks > n_gpus:

@@ -76,14 +76,28 @@ def test_closed_form_bounds_congested_schedules(spec, name, nbytes, rel):
 
 def test_ring_closed_form_by_hand():
     # dgx_a100, 8 GPUs on one NVSwitch (300 GB/s per GPU link, 0.6 us GPU to GPU), Simple:
-    # launch 8.4 us, then 14 steps of 3.4 us (NCCL's per-step latency) + 0.6 us (the path's)
-    # + a segment at NCCL's 20 of 25 GB/s per NVLink, i.e. 1.25 wire bytes per byte at 300 GB/s.
+    # launch 8.4 us, then 14 steps of 0.6 us (the path's) + NCCL's 3.4 us per-step latency
+    # for each of a channel's loops + a segment at NCCL's 20 of 25 GB/s per NVLink, i.e. 1.25
+    # wire bytes per byte at 300 GB/s. NCCL's 24 channels move 1 GiB / 24 each in loops of
+    # 8 x 2 MiB chunks: 3 loops.
     n = 1 << 30
     s, r = run("dgx_a100", "allreduce", "nccl_ring", n, "Simple")
-    want = 8.4e-6 + 14 * (3.4e-6 + 0.6e-6 + math.ceil(n / 8 * 1.25) / 300e9)
+    want = 8.4e-6 + 14 * (3 * 3.4e-6 + 0.6e-6 + math.ceil(n / 8 * 1.25) / 300e9)
     assert r.time_s == pytest.approx(want, rel=1e-9)
     assert r.busbw == pytest.approx(2 * 7 / 8 * n / want)
     assert 230e9 < r.busbw < 240e9           # NCCL's own figure: 12 NVLinks x 20 GB/s
+
+
+def test_every_loop_of_a_channel_pays_the_step_latency():
+    # A ring channel moves its share in loops of nranks chunks (2 MiB for Simple): every loop's
+    # step pays the hop's per-step latency; the kept ring resized to each size takes its waits.
+    G = graph("dgx_a100")
+    for n in (1 << 20, 1 << 26, 1 << 29, 1 << 20):
+        loops = math.ceil(math.ceil(n / 24) / (8 << 21))
+        s, r = run("dgx_a100", "allreduce", "nccl_ring", n, "Simple")
+        seg = math.ceil(math.ceil(n / 8) * 1.25) / 300e9
+        assert r.time_s == pytest.approx(8.4e-6 + 14 * (loops * 3.4e-6 + 0.6e-6 + seg), rel=1e-6)
+        assert s.compute_s.max() == pytest.approx(8.4e-6 + loops * 3.4e-6)
 
 
 def test_nvls_closed_form_by_hand():
@@ -140,10 +154,12 @@ def test_cluster_rings_are_rail_aligned(name):
     assert len(rings) == len(nics[0])           # one channel per NIC
     for c, rg in enumerate(rings):
         assert sorted(rg.order) == list(range(p))
-        inter = [st for st in rg.stops if len(st) > 2]
+        kind = G.nodes
+        inter = [st for st in rg.stops if any(kind[x].get("kind") == "nic" for x in st)]
         assert len(inter) == 2                   # one hop out of each node
         for st in inter:
-            src, dst = st[1], st[-2]
+            cards = [x for x in st if kind[x].get("kind") == "nic"]
+            src, dst = cards[0], cards[-1]
             assert src in (nics[0][c], nics[1][c]) and dst in (nics[0][c], nics[1][c])
             assert src.split(".", 1)[1] == dst.split(".", 1)[1]     # same NIC index: one rail
             # the GPUs that leave and enter are the NIC's nearest
@@ -171,7 +187,11 @@ def test_choice_is_the_fastest_candidate_and_moves_from_ll_to_simple():
     seen = []
     for k in range(3, 31, 3):
         p = nccl.plan(G, "allreduce", 1 << k)
-        assert p.predicted_s == min(t for _, _, t in p.candidates)
+        # chosen with all 24 channels counted; a small message then runs on fewer, whose
+        # bigger chunks hide no less of each step's handshake
+        best = min(p.candidates, key=lambda c: c[2])
+        assert (p.algorithm, p.protocol) == best[:2] and p.predicted_s <= best[2] * (1 + 1e-12)
+        assert (p.predicted_s == best[2]) or p.channels < 24
         seen.append(p.protocol)
     assert seen[0] == "LL" and seen[-1] == "Simple"
     order = [nccl.PROTOCOLS.index(x) for x in seen]
@@ -204,7 +224,7 @@ def test_trees_run_at_nccls_medium_size_share_of_their_bandwidth(proto, nbytes, 
     # payload byte of the same tree at 1 GiB, in the engine's schedule and the closed form.
     assert C.tree_correction(proto, nbytes) == share
     G = graph("dgx_a100")
-    ratio = [build_schedule("allreduce", "nccl_tree", 8, n, graph=G, protocol=proto)
+    ratio = [build_schedule("allreduce", "nccl_tree", 8, n, graph=G, protocol=proto, channels=1)
              .total_bytes / n for n in (nbytes, 1 << 30)]
     assert ratio[0] / ratio[1] == pytest.approx(1 / share, rel=2e-3)
     system = NcclSystem.of(G, range(8))
@@ -216,7 +236,6 @@ def test_trees_run_at_nccls_medium_size_share_of_their_bandwidth(proto, nbytes, 
 
 
 def test_simple_ring_allreduce_across_nodes_pays_nccls_plateau_latency():
-    from emulator.collectives._schedule import Builder
     from emulator.collectives.nccl import builders
 
     scale = nccl.cost.ring_latency_scale
@@ -228,19 +247,19 @@ def test_simple_ring_allreduce_across_nodes_pays_nccls_plateau_latency():
     assert scale(NcclSystem.of(graph("dgx_a100"), range(8)), "allreduce", "Simple", 1 << 20, 8) == 1.0
     volta = NcclSystem.of(graph("cluster:dgx1_v100x2"), range(16))
     assert scale(volta, "allreduce", "Simple", 1 << 20, 12) == 1.9
-    # The schedule's waits are the unscaled ring's times 1.4; a message below the threshold
-    # (built right after, so the kept ring would be resized if the scale were not in its key)
-    # gets the unscaled waits back.
+    # The schedule's waits are the handshakes of a latency 1.4 times NCCL's; a message below
+    # the threshold (built right after, so the kept ring would be resized if the scale were
+    # not in its key) gets the unscaled ones back.
     rings = channel_rings(two, 1)
     for nbytes, factor in ((1 << 20, 1.4), (512, 1.0)):     # one channel: 64 B x 16 ranks
         s, _ = run("cluster:dgx_a100x2", "allreduce", "nccl_ring", nbytes, "Simple", channels=1)
-        b = Builder()
-        run_rings = rings[:s.detail["nccl"]["channels"]]
-        builders.ring(b, two, run_rings, "allreduce", np.asarray(nccl._blocks(two, "allreduce",
-                      nbytes)), "Simple", nccl.cost.efficiency(two, run_rings, "Ring", "Simple"))
-        plain = b.build(two.ranks, "allreduce", "nccl_ring", nbytes, 1)
-        assert np.allclose(s.compute_s, factor * plain.compute_s, rtol=1e-12, atol=0)
+        eff = nccl.cost.efficiency(two, rings, "Ring", "Simple")
+        want = [nccl.cost.ring_waits(two, rings, "allreduce", "Simple", eff, nbytes, 1, f)
+                for f in (factor, 1.0)]
+        assert np.allclose(s.compute_s, builders.ring_compute(two, rings, "allreduce", "Simple",
+                                                              want[0], factor), rtol=1e-12)
         assert s.compute_s.max() > 0
+        assert (want[0][0] > want[1][0]).any() == (factor > 1)
 
 
 def _protocols(spec, nbytes=1 << 20):
@@ -357,9 +376,9 @@ def test_every_nccl_algorithm_builds_valid_schedules():
 
 
 def test_message_is_split_across_channels():
-    # 512 kB: enough for NCCL's 8 channels (32 KiB per channel's threads, Simple)
+    # 512 kB: NCCL's 16 channels want 32 KiB each (Simple), so 15 run: on all 8 rings
     s, r = run("cluster:dgx_a100x2", "allreduce", "nccl_ring", 16 * 8 * 4000, "Simple")
-    assert s.detail["nccl"]["channels"] == 8
+    assert s.detail["nccl"]["channels"] == 15
     # every NIC carries one channel's share each way
     nic_bytes = {l.u: l.bytes for l in r.links if l.u.endswith(tuple(f"nic{j}" for j in range(8)))
                  and ("spine" in l.v or "leaf" in l.v)}
@@ -397,7 +416,7 @@ def test_a_small_ring_runs_on_fewer_channels_and_nics():
     nbytes = 7 * 64 * 1024
     p = nccl.plan(G, "allreduce", nbytes, algo="Ring", proto="LL")
     assert p.channels == 3 and p.describe() == "NCCL Ring/LL, 3 channels"
-    assert nccl.plan(G, "allreduce", 1 << 26, algo="Ring", proto="LL").channels == 8
+    assert nccl.plan(G, "allreduce", 1 << 26, algo="Ring", proto="LL").channels == 16
     s, r = run("cluster:dgx_a100x4", "allreduce", "nccl_ring", nbytes, "LL")
     assert s.detail["nccl"]["channels"] == 3
     assert s.detail["nccl"]["predicted_s"] == pytest.approx(p.predicted_s)
@@ -409,10 +428,12 @@ def test_a_small_ring_runs_on_fewer_channels_and_nics():
 
 
 def test_qsgd_transports_move_payloads_on_nccl_channels():
-    pb = [50_000 + 7 * j for j in range(16)]     # 800 kB gathered: all 8 channels
+    # 800 kB gathered in LL, which wants 64 KiB per channel on 16 ranks: 12 of NCCL's 16
+    # channels, on all 8 rings
+    pb = [50_000 + 7 * j for j in range(16)]
     s, r = run("cluster:dgx_a100x2", "allreduce", "nccl_qsgd_allgather", 1 << 20, payload_bytes=pb)
     assert s.detail["payload_bytes"] == 15 * sum(pb)
-    assert s.detail["nccl"]["channels"] == 8
+    assert s.detail["nccl"]["protocol"] == "LL" and s.detail["nccl"]["channels"] == 12
     s2, r2 = run("cluster:dgx_a100x2", "allreduce", "nccl_qsgd_scatter_reduce_allgather", 1 << 20,
                  payload_bytes=pb)
     assert set(s2.tags) >= {"scatter", "reduce", "allgather"}
@@ -437,8 +458,11 @@ def test_every_preset_runs_in_every_fabric(name, fabric):
     p = len(topologies.gpus(G))
     system = NcclSystem.of(G, range(p))
     plan = nccl.plan(G, "allreduce", 64 << 20, system=system)
-    assert plan.channels == len(system.nics[0]) and plan.predicted_s > 0
-    assert all(sorted(rg.order) == list(range(p)) for rg in channel_rings(system))
+    rings = channel_rings(system)
+    assert len(rings) == len(system.nics[0]) and plan.predicted_s > 0
+    if plan.algorithm in ("Ring", "Tree"):      # all of NCCL's channels, on every NIC's ring
+        assert plan.channels == nccl.communicator_channels(system) >= len(rings)
+    assert all(sorted(rg.order) == list(range(p)) for rg in rings)
 
 
 def test_the_analysis_is_kept_with_the_graph_until_it_changes():

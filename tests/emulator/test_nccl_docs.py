@@ -8,6 +8,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MODULES = ["emulator.collectives.nccl", "emulator.collectives.nccl.system",
            "emulator.collectives.nccl.channels", "emulator.collectives.nccl.cost",
+           "emulator.collectives.nccl.pipeline", "emulator.collectives.nccl.transports",
+           "emulator.collectives.nccl.p2p", "topologies.machines.parts",
            "emulator.validation.calibrate", "emulator.validation.compare",
            "emulator.validation.nccl_tests", "topologies.machines.nvidia",
            "topologies.machines.cloud", "topologies.machines.pcie"]

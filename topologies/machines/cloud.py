@@ -66,7 +66,7 @@ def a3_mega() -> nx.Graph:
     traffic). TCPXO is TCP over Ethernet: link class ``ethernet``.
     """
     return nvswitch_box("a3_mega", "H100-SXM5", NVLINK4_GPU, 200 * GBIT, 5, nics=8,
-                        protocol="ethernet")
+                        protocol="ethernet", transport="tcpxo")
 
 
 def bm_gpu_h100() -> nx.Graph:

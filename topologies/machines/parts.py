@@ -32,6 +32,19 @@ PCIE_X16 = {3: 15.75e9, 4: 31.5e9, 5: 63e9}
 GBIT = 1e9 / 8              # bytes/s of 1 Gb/s
 EDR, HDR, NDR = 100 * GBIT, 200 * GBIT, 400 * GBIT
 QPI = 19.2e9
+#: The socket link between the two CPUs of a server, per CPU family: (vendor, link class,
+#: links, bytes/s per direction of one link), from the vendors' specifications: Xeon E5 v4
+#: (Broadwell) QPI at 9.6 GT/s x 2 bytes (modelled as one link, as the presets always had);
+#: Xeon Scalable 3rd gen (Ice Lake) 3 UPI links at 11.2 GT/s; 4th gen (Sapphire Rapids) 4 UPI
+#: 2.0 links at 16 GT/s; EPYC 7003 (Milan, Zen 3) 4 xGMI-2 x16 links at 18 Gb/s per lane;
+#: EPYC 9004 (Genoa, Zen 4) 4 xGMI-3 x16 links at 32 Gb/s per lane.
+CPU_FAMILIES = {
+    "broadwell": ("intel", "qpi", 1, QPI),
+    "icelake": ("intel", "upi", 3, 22.4e9),
+    "sapphire_rapids": ("intel", "upi", 4, 32e9),
+    "zen3": ("amd", "xgmi", 4, 36e9),
+    "zen4": ("amd", "xgmi", 4, 64e9),
+}
 
 NVLINK_LATENCY = 0.6e-6     # a direct GPU-GPU NVLink hop
 NVSWITCH_LATENCY = 0.3e-6   # GPU to the NVSwitch fabric: GPU-GPU = 0.6 us, like a direct hop
@@ -51,15 +64,63 @@ COMPUTE_CAPABILITY = {
 PCIE_GPUS = ("V100-PCIe", "T4", "A10", "RTX3090", "L40S", "RTX4090", "H100-PCIe", "RTX5090")
 
 
+#: NIC wire protocol -> the NCCL network transports it can carry: verbs on InfiniBand and
+#: RoCE NICs (NCCL's net_ib), aws-ofi-nccl on EFA, Google's GPUDirect-TCPX/-TCPXO plugins on
+#: their Ethernet GPU NICs, and NCCL's socket transport over TCP on any NIC with an IP
+#: interface (IPoIB included). The NCCL model (emulator.collectives.nccl.transports) says
+#: what each changes.
+TRANSPORTS = {
+    "ib": ("ib", "socket"),
+    "roce": ("roce", "socket"),
+    "efa": ("efa", "socket"),
+    "ethernet": ("socket", "tcpx", "tcpxo"),
+}
+#: The transport NCCL runs on a NIC of each wire protocol unless told otherwise.
+DEFAULT_TRANSPORT = {"ib": "ib", "roce": "roce", "efa": "efa", "ethernet": "socket"}
+
+
+def check_transport(where: str, protocol: str, transport: str) -> str:
+    """``transport`` if a NIC of wire ``protocol`` can run it.
+
+    Raises
+    ------
+    SpecError
+        Naming the transport, the NIC kind and the transports that kind runs.
+
+    Examples
+    --------
+    >>> check_transport("nic", "efa", "socket")
+    'socket'
+    >>> check_transport("nic", "ib", "efa")
+    Traceback (most recent call last):
+    ...
+    topologies.errors.SpecError: nic: transport='efa' cannot run on a NIC of kind 'ib' (it runs: ib, socket)
+    """
+    from ..errors import SpecError
+
+    allowed = TRANSPORTS.get(protocol)
+    if allowed is None:
+        raise SpecError(f"{where}: NIC kind {protocol!r} is not known (known: "
+                        f"{', '.join(TRANSPORTS)})")
+    if transport not in allowed:
+        raise SpecError(f"{where}: transport={transport!r} cannot run on a NIC of kind "
+                        f"{protocol!r} (it runs: {', '.join(allowed)})")
+    return transport
+
+
 def nic(G: nx.Graph, node: str, bandwidth: float, protocol: str = "ib", *,
-        in_order_128: bool = True) -> None:
+        in_order_128: bool = True, transport: str | None = None) -> None:
     """A NIC with its line rate (bytes/s) and wire protocol ("ib", "roce", "efa", "ethernet").
 
     ``in_order_128=False`` marks a NIC that may deliver the 128-byte aligned stores of one
     write out of order (attribute ``in_order_128``, absent means True): NCCL's LL and LL128
-    protocols cannot cross it.
+    protocols cannot cross it. ``transport`` is the NCCL network transport run over it
+    (attribute ``transport``, one of :data:`TRANSPORTS` for the protocol; absent means
+    :data:`DEFAULT_TRANSPORT`).
     """
     attrs = {} if in_order_128 else {"in_order_128": False}
+    if transport is not None:
+        attrs["transport"] = check_transport(f"nic {node}", protocol, transport)
     add_node(G, node, "nic", bandwidth=float(bandwidth), protocol=protocol, **attrs)
 
 
@@ -72,7 +133,8 @@ def gpu(G: nx.Graph, node: str, rank: int, model: str) -> None:
 
 
 def nvswitch_box(name: str, model: str, gpu_bw: float, nic_bw: float, pcie_gen: int, *,
-                 nics: int = 8, protocol: str = "ib", in_order_128: bool = True) -> nx.Graph:
+                 nics: int = 8, protocol: str = "ib", in_order_128: bool = True,
+                 transport: str | None = None) -> nx.Graph:
     """8 GPUs on one NVSwitch fabric; 4 PCIe switches, each with 2 GPUs and ``nics/4`` NICs.
 
     The NVSwitch chips are one switch node ``nvswitch`` with a ``gpu_bw`` link per GPU: each GPU
@@ -80,8 +142,8 @@ def nvswitch_box(name: str, model: str, gpu_bw: float, nic_bw: float, pcie_gen: 
     links can carry is carried; one node is exact for bandwidth and keeps routing simple. NIC
     ``n`` sits on PCIe switch ``n * 4 // nics``, next to GPUs ``2s`` and ``2s + 1`` of that
     switch ``s`` (the layout of the DGX A100/H100 system architecture documents). The
-    CPU-to-CPU link is not modelled: GPU and NIC traffic never needs it. ``protocol`` and
-    ``in_order_128`` are the NICs' (:func:`nic`).
+    CPU-to-CPU link is not modelled: GPU and NIC traffic never needs it. ``protocol``,
+    ``in_order_128`` and ``transport`` are the NICs' (:func:`nic`).
     """
     if nics % 4:
         raise ValueError(f"nvswitch_box: nics={nics} must be a multiple of 4 (one share per "
@@ -98,6 +160,6 @@ def nvswitch_box(name: str, model: str, gpu_bw: float, nic_bw: float, pcie_gen: 
         add_link(G, f"gpu{g}", "nvswitch", gpu_bw, NVSWITCH_LATENCY, "nvswitch")
         add_link(G, f"gpu{g}", f"pcie{g // 2}", PCIE_X16[pcie_gen], PCIE_LATENCY, "pcie")
     for n in range(nics):
-        nic(G, f"nic{n}", nic_bw, protocol, in_order_128=in_order_128)
+        nic(G, f"nic{n}", nic_bw, protocol, in_order_128=in_order_128, transport=transport)
         add_link(G, f"nic{n}", f"pcie{n * 4 // nics}", PCIE_X16[pcie_gen], PCIE_LATENCY, "pcie")
     return G

@@ -49,9 +49,9 @@ MAX_CHUNKS = 8
 
 def hop_latency(system: NcclSystem, net: bool, algo: str, proto: str) -> float:
     """NCCL's per-step latency (s) of a hop over the network (``net``) or inside a node: a
-    network plugin's own figure where it publishes one (:data:`.constants.PLUGIN_NET_LATENCY`,
-    by the NICs' protocol), else tuning.cc's ``hwLat``."""
-    plugin = C.PLUGIN_NET_LATENCY.get(system.net_protocol) if net else None
+    network plugin's own figure where it publishes one (the NICs' transport,
+    :mod:`.transports`), else tuning.cc's ``hwLat``."""
+    plugin = system.transport.step_latency if net and system.transport is not None else None
     if plugin is not None:
         return plugin[0] + (plugin[1] if proto == "Simple" else 0.0)
     hw = "net" if net else system.intra_hw
@@ -102,11 +102,14 @@ RING_OPS = {
 
 
 def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: str, eff: float,
-         first_deps=None, lat_scale: float = 1.0) -> list:
+         first_deps=None, lat_scale: float = 1.0, waits=None) -> list:
     """Ring ``op`` over ``rings`` (channels); ``blocks[j]`` payload bytes of rank j's block
     (a per-rank segment of the vector). Returns each channel's transfer ids (steps, p, 1).
-    ``lat_scale`` multiplies the launch latency and every per-step wait
-    (:func:`.cost.ring_latency_scale`).
+    ``lat_scale`` multiplies the launch latency and, without ``waits``, every per-step wait
+    (:func:`.cost.ring_latency_scale`). ``waits[c][r]`` (seconds; :func:`.cost.ring_waits`)
+    is what channel c's steps on the hop from its position r wait for their handshakes,
+    NCCL's pipeline of chunks and slices; without it, each step waits the whole per-step
+    latency.
 
     ``first_deps[rank]`` (optional) is a transfer id a rank's first send waits for.
     """
@@ -114,17 +117,17 @@ def ring(b: Builder, system: NcclSystem, rings: list, op: str, blocks, proto: st
     hops = _Hops(b, system, "Ring", proto, eff)
     base = C.BASE_LATENCY["Ring"][proto]
     out = []
-    for rg, seg in zip(rings, _segments(system, rings, blocks)):
+    for c, (rg, seg) in enumerate(zip(rings, _segments(system, rings, blocks))):
         order = np.asarray(rg.order, dtype=np.int64)
         p = len(order)
         facts = [hops(stops, rg.flow) for stops in rg.stops]
         fd = None
         if first_deps is not None:
             fd = [np.asarray([first_deps[r] for r in order], dtype=np.int64)]
+        wait = [lat_scale * f[2] for f in facts] if waits is None else waits[c]
         ids = ring_pass(b, order, seg[:, None], steps_of(p), offset, phases(p), first_deps=fd,
                         route=[f[0] for f in facts], scale=[f[1] for f in facts],
-                        hop_compute=[lat_scale * f[2] for f in facts],
-                        start_compute=lat_scale * base, ordered=False)
+                        hop_compute=wait, start_compute=lat_scale * base, ordered=False)
         out.append(ids)
     return out
 
@@ -147,6 +150,25 @@ def ring_sizes(system: NcclSystem, rings: list, op: str, blocks, proto: str,
                            [hops.facts(stops, rg.flow)[1] for stops in rg.stops])
            for rg, seg in zip(rings, _segments(system, rings, blocks)) if len(rg.order) >= 2]
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+
+def ring_compute(system: NcclSystem, rings: list, op: str, proto: str, waits,
+                 lat_scale: float = 1.0) -> np.ndarray:
+    """The seconds each transfer :func:`ring` adds with ``waits`` waits, in its order (step,
+    position; channel by channel): a ring schedule :meth:`~emulator.Schedule.resized` to
+    another size takes its new handshake waits from here."""
+    steps_of = RING_OPS[op][0]
+    base = lat_scale * C.BASE_LATENCY["Ring"][proto]
+    out = []
+    for c, rg in enumerate(rings):
+        p = len(rg.order)
+        if p < 2:
+            continue
+        comp = np.broadcast_to(np.asarray(waits[c], dtype=float)[None, :],
+                               (steps_of(p), p)).copy()
+        comp[0] += base
+        out.append(comp.reshape(-1))
+    return np.concatenate(out) if out else np.empty(0)
 
 
 def broadcast(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: str,

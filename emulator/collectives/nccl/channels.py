@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from ...errors import ConfigError
 from .. import tree as textbook_tree
 from . import constants as C
-from .system import NcclSystem
+from . import pipeline
+from .system import INTRA_CLASSES, NVLINK_CLASSES, NcclSystem, _link_class
 
 
 @dataclass(frozen=True)
@@ -220,11 +221,15 @@ def _balance(system: NcclSystem, rings: list) -> list:
     router = system.router
     load: dict = {}
     out = []
+    kind = system.G.nodes
     for rg in rings:
         stops = []
         for st in rg.stops:
-            if len(st) == 4:
-                paths = router.equal_cost_paths(st[1], st[2], limit=256)
+            k = next((i for i in range(len(st) - 1)
+                      if kind[st[i]].get("kind") == "nic" and kind[st[i + 1]].get("kind") == "nic"),
+                     None)
+            if k is not None:
+                paths = router.equal_cost_paths(st[k], st[k + 1], limit=256)
                 if len(paths) > 1:
                     def cost(path):
                         links = list(zip(path, path[1:]))
@@ -232,7 +237,7 @@ def _balance(system: NcclSystem, rings: list) -> list:
                     path = min(paths, key=cost)
                     for e in zip(path, path[1:]):
                         load[e] = load.get(e, 0) + 1
-                    st = (st[0], *path, st[3])
+                    st = (*st[:k], *path, *st[k + 2:])
             stops.append(st)
         out.append(Ring(rg.order, tuple(stops), rg.flow, rg.nics))
     return out
@@ -249,7 +254,9 @@ def _ring(system: NcclSystem, parts, nics, flow: int) -> Ring:
         a, b = order[i], order[(i + 1) % p]
         ha, hb = bounds[i], bounds[(i + 1) % p]
         if ha != hb and nics[ha] is not None and nics[hb] is not None:
-            stops.append((system.gpu(a), nics[ha], nics[hb], system.gpu(b)))
+            stops.append(system.net_stops(a, b, nics[ha], nics[hb]))
+        elif system.node_of(a) == system.node_of(b):
+            stops.append(system.intra_stops(a, b))
         else:
             stops.append((system.gpu(a), system.gpu(b)))
     return Ring(tuple(order), tuple(stops), flow, tuple(nics))
@@ -275,6 +282,57 @@ def channel_rings(system: NcclSystem, channels: int | None = None) -> list:
         raise ConfigError(f"channels={channels!r}: this topology carries 1..{most} channels "
                           f"({why})")
     return [rings[c % len(rings)] for c in range(channels)]
+
+
+def communicator_channels(system: NcclSystem) -> int:
+    """The channels NCCL's communicator has on ``system`` (:func:`.pipeline.communicator_channels`
+    from the first node's GPU links and NICs); the distinct rings of :func:`base_rings` carry
+    them, ``communicator_channels / len(rings)`` NCCL channels each. Kept with the system.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_h100x2"), range(16))
+    >>> communicator_channels(s), len(base_rings(s)[0])
+    (16, 8)
+    """
+    return system.kept("nccl_channels", (), lambda: _communicator_channels(system))
+
+
+def _communicator_channels(system: NcclSystem) -> int:
+    rings, _ = base_rings(system)
+    G = system.G
+    g0 = system.gpu(system.nodes[0][0])
+    links = [G.edges[g0, v] for v in G[g0]]
+    nv = [d for d in links if _link_class(d) in NVLINK_CLASSES]
+    pcie = [d["bandwidth"] * C.PCI_EFFICIENCY for d in links if _link_class(d) == "pcie"]
+    if system.intra_hw == "nvlink" and nv:
+        if system.nvswitch:
+            gpu_bw = sum(d["bandwidth"] * system.usable_fraction(d) for d in nv)
+        else:       # a mesh: a channel runs over one NVLink lane at a time
+            gpu_bw = max(d["bandwidth"] / max(int(d.get("lanes", 1)), 1)
+                         * system.usable_fraction(d) for d in nv)
+    else:
+        gpu_bw = max(pcie, default=max((d["bandwidth"] for d in links), default=1e9))
+    nic_bws = nic_bandwidths(system)
+    if system.n_nodes > 1 and nic_bws and pcie:
+        gpu_bw = max(pcie)          # between nodes a channel's speed is its GPU-NIC path's
+    return pipeline.communicator_channels(
+        system.arch, nodes=system.n_nodes, nvswitch=system.nvswitch, gpu_bw=gpu_bw,
+        nic_bws=nic_bws if system.n_nodes > 1 else (), distinct=len(rings),
+        nvlink=system.intra_hw == "nvlink", unpack=getattr(system, "unpack", False))
+
+
+def nic_bandwidths(system: NcclSystem) -> list:
+    """Bytes/s of each NIC of the first node, as NCCL reads its speed: the NIC's link to the
+    fabric (``cluster:...,nic_bw=`` sets it), else its ``bandwidth`` attribute."""
+    G = system.G
+    out = []
+    for nic in system.nics[0] if system.nics else ():
+        fabric = [G.edges[nic, v]["bandwidth"] for v in G[nic]
+                  if _link_class(G.edges[nic, v]) not in INTRA_CLASSES]
+        out.append(max(fabric, default=float(G.nodes[nic].get("bandwidth", 0.0)) or 1e9))
+    return out
 
 
 def channels_for_size(n_ranks: int, algo: str, proto: str, nbytes: int, channels: int) -> int:
@@ -355,7 +413,7 @@ def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:
                 parent[r] = chain[i - 1] if i else -1
                 children[r] = [chain[i + 1]] if i + 1 < len(chain) else []
                 if i:
-                    stops[(chain[i - 1], r)] = (system.gpu(chain[i - 1]), system.gpu(r))
+                    stops[(chain[i - 1], r)] = system.intra_stops(chain[i - 1], r)
         for h in range(H):
             head = per_node[h][0]
             if parent_h[h] >= 0:
@@ -364,7 +422,7 @@ def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:
                 children[up] = children[up] + [head]
                 nic_a, nic_b = ring.nics[h], ring.nics[parent_h[h]]
                 if nic_a is not None and nic_b is not None:
-                    stops[(up, head)] = (system.gpu(up), nic_b, nic_a, system.gpu(head))
+                    stops[(up, head)] = system.net_stops(up, head, nic_b, nic_a)
                 else:
                     stops[(up, head)] = (system.gpu(up), system.gpu(head))
         root = next(r for r in parent if parent[r] < 0 and r in [c[0] for c in per_node])

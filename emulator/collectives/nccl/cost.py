@@ -18,6 +18,7 @@ import numpy as np
 
 from .._schedule import split, split_each
 from . import constants as C
+from . import pipeline
 from .builders import RING_OPS, _chunks, hop_latency
 from .channels import channel_trees
 from .system import NcclSystem
@@ -122,8 +123,34 @@ def ring_latency_scale(system: NcclSystem, op: str, proto: str, nbytes: int,
     return C.RING_PLATEAU[system.arch]
 
 
+def ring_waits(system: NcclSystem, rings: list, op: str, proto: str, eff: float, nbytes: int,
+               nc: int, lat_scale: float = 1.0) -> list:
+    """Per channel of ``rings``, the seconds each hop's steps wait for their handshakes
+    (:func:`.pipeline.step_wait`): NCCL runs ``nc`` channels on these rings, each moving
+    ``nbytes / nc`` of nccl-tests' ``nbytes`` in loops of chunks; every loop's step on a hop
+    pays the link type's per-step latency (:func:`.builders.hop_latency`) times
+    ``lat_scale``. ``eff`` is the ring's payload share of its links (kept for the caller's
+    key; the waits do not depend on it).
+
+    Examples
+    --------
+    >>> import topologies
+    >>> from .channels import channel_rings
+    >>> s = NcclSystem.of(topologies.from_spec("dgx_a100"), range(8))
+    >>> rings = channel_rings(s)
+    >>> [round(float(ring_waits(s, rings, "allreduce", "Simple", 1.0, n, 24)[0][0]) * 1e6, 1)
+    ...  for n in (1 << 20, 1 << 30)]          # 1 loop; 1 GiB / 24 channels: 3 loops
+    [3.4, 10.2]
+    """
+    share = max(int(math.ceil(nbytes / max(nc, 1))), 1)
+    chunking = pipeline.ring_chunking(op, proto, share, len(system.ranks), system.buffers)
+    wait = np.array([pipeline.step_wait(chunking, hop_latency(system, net, "Ring", proto),
+                                        lat_scale) for net in (False, True)])
+    return [wait[net.astype(np.int64)] for _, _, net, _ in _ring_hops(system, rings)]
+
+
 def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
-              eff: float | None = None, lat_scale: float = 1.0) -> float:
+              eff: float | None = None, lat_scale: float = 1.0, waits=None) -> float:
     """Seconds of :func:`.builders.ring`: the launch latency ``baseLat`` plus, per channel, the
     longer of
 
@@ -133,7 +160,9 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
       throttles the ring to its rate).
 
     Exact when every hop is alike (the chain is then the longer); a bound otherwise.
-    ``lat_scale`` multiplies ``baseLat`` and every per-step wait (:func:`ring_latency_scale`)."""
+    ``lat_scale`` multiplies ``baseLat`` and every per-step wait (:func:`ring_latency_scale`);
+    ``waits`` (per channel, per hop; :func:`ring_waits`) replace the per-step waits, which are
+    otherwise the link type's whole per-step latency."""
     steps_of = RING_OPS[op][0]
     blocks = np.asarray(blocks, dtype=np.int64)
     seg_of = split_each(blocks, len(rings)).max(axis=1)
@@ -145,7 +174,7 @@ def ring_time(system: NcclSystem, rings: list, op: str, blocks, proto: str,
         p = len(rings[c].order)
         if p < 2:
             continue
-        lat = np.where(net, wait[True], wait[False]) + path_lat
+        lat = (np.where(net, wait[True], wait[False]) if waits is None else waits[c]) + path_lat
         d = lat + np.ceil(int(seg_of[c]) * (inflation / eff)) / rates
         S = steps_of(p)
         # The chain ending at hop r covers hops r, r-1, ..., r-S+1 (mod p): ``rest`` of them

@@ -18,10 +18,11 @@ import numpy as np
 
 from .._schedule import Builder, Route
 from . import constants as C
+from . import pipeline
 from .builders import hop_latency
 from .system import NcclSystem
 
-__all__ = ["Table", "table", "alltoall", "time", "uniform"]
+__all__ = ["Table", "table", "alltoall", "time", "uniform", "slot_waits"]
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,8 @@ def _make_table(system: NcclSystem) -> Table:
     thousand distinct legs, with the same numbers as :meth:`.NcclSystem.hop` and
     :func:`.cost.shared_rates` give send by send. The sends' stops are
     :meth:`.NcclSystem.p2p_stops`' rule over arrays (``_stops``)."""
+    if not system.plain_p2p:
+        return _make_table_by_send(system)
     ii, jj, L, route, routes, legs = _stops(system)
     facts = [system.leg(*key) for key in legs]
     pad = len(facts)                    # a leg of no links, no latency: pads shorter sends
@@ -100,6 +103,47 @@ def _make_table(system: NcclSystem) -> Table:
         latency = latency + lat[L[:, k]]
     return Table(i=ii, j=jj, latency=latency, inflation=raw[L].min(axis=1) / usable[L].min(axis=1),
                  net=net[L].any(axis=1), rate=rate[L].min(axis=1), route=route, routes=routes)
+
+
+def _make_table_by_send(system: NcclSystem) -> Table:
+    """:func:`_make_table` send by send from :meth:`.NcclSystem.p2p_stops`, for systems whose
+    sends go through host memory (SHM inside a node, a socket transport between nodes): the
+    array rule of :func:`_stops` knows only GPU-to-GPU and GPUDirect routes. Such systems are
+    PCIe boxes and Ethernet clusters of a few nodes, where a loop over the pairs is cheap."""
+    ranks = system.ranks
+    order = sorted(range(len(ranks)), key=lambda k: ranks[k])
+    sends, routes, route_of = [], [], {}
+    for a in order:
+        for b in order:
+            if a == b:
+                continue
+            stops, flow = system.p2p_stops(ranks[a], ranks[b])
+            r = Route(via=tuple(stops[1:-1]), flow=flow if len(stops) > 2 else 0)
+            if r not in route_of:
+                route_of[r] = len(routes)
+                routes.append(r)
+            sends.append((a, b, [system.leg(u, v, flow) for u, v in zip(stops, stops[1:])],
+                          route_of[r]))
+    count: dict = {}
+    for _, _, legs, _ in sends:
+        for leg in legs:
+            for c in leg[0]:
+                count[c] = count.get(c, 0) + 1
+    cols = {"i": [], "j": [], "latency": [], "inflation": [], "net": [], "rate": [], "route": []}
+    for a, b, legs, r in sends:
+        chans = [(c, bw) for leg in legs for c, bw in zip(leg[0], leg[2])]
+        cols["i"].append(a)
+        cols["j"].append(b)
+        cols["latency"].append(sum(leg[1] for leg in legs))
+        cols["inflation"].append(min((x for leg in legs for x in leg[2]), default=np.inf)
+                                 / min((x for leg in legs for x in leg[3]), default=np.inf))
+        cols["net"].append(any(leg[4] for leg in legs))
+        cols["rate"].append(min((bw / count[c] for c, bw in chans), default=np.inf))
+        cols["route"].append(r)
+    return Table(i=np.array(cols["i"], dtype=np.int64), j=np.array(cols["j"], dtype=np.int64),
+                 latency=np.array(cols["latency"]), inflation=np.array(cols["inflation"]),
+                 net=np.array(cols["net"], dtype=bool), rate=np.array(cols["rate"]),
+                 route=np.array(cols["route"], dtype=np.int64), routes=tuple(routes))
 
 
 def _stops(system: NcclSystem) -> tuple:
@@ -209,9 +253,44 @@ def _waits(system: NcclSystem, t: Table, proto: str) -> np.ndarray:
                     hop_latency(system, False, "Ring", proto))
 
 
+def slot_waits(system: NcclSystem, t: Table, n: np.ndarray, proto: str, eff: float) -> np.ndarray:
+    """Per send of ``n`` payload bytes, the seconds its chunks wait for the connection's slots
+    beyond their bytes (:func:`.pipeline.window_wait`, over arrays): a send moves
+    ``p2pChunkSize`` chunks (512 KiB on all-NVLink nodes, 128 KiB on PCIe and between nodes,
+    a quarter or half of it for a send below one or eight chunks over the network; LL's
+    32 KiB steps up to 16 KiB), at most ``NCCL_STEPS`` in flight, each slot back a handshake
+    each way after its chunk left (src/enqueue.cc, src/init.cc). One channel per peer.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_a100x2"), range(16))
+    >>> t = table(s)
+    >>> w = slot_waits(s, t, np.full(len(t.i), 1 << 24), "Simple", 1.0)
+    >>> float(w.max())        # every pair sends at once: a chunk's bytes outlast its slot
+    0.0
+    """
+    bufs = system.buffers
+    if proto == "LL":
+        chunk = np.full(len(n), bufs.step("LL") // 2, dtype=np.int64)
+    else:
+        path = ("net" if system.n_nodes > 1 else
+                "nvlink" if system.intra_hw == "nvlink" else "pci")
+        step = min(pipeline.P2P_CHUNK[path], bufs.simple // pipeline.NCCL_STEPS)
+        chunk = np.full(len(n), step, dtype=np.int64)
+        chunk = np.where(t.net & (n < step), step // 4,
+                         np.where(t.net & (n < 8 * step), step // 2, chunk))
+    count = np.ceil(np.maximum(n, 1) / chunk)
+    tc = chunk / (t.rate * eff / t.inflation)
+    lat = _waits(system, t, proto)
+    per = np.maximum(0.0, (2 * lat + tc) / pipeline.NCCL_STEPS - tc)
+    return np.maximum(count - 1, 0) * per
+
+
 def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
     """Seconds of :func:`alltoall` with every send at once: the slowest
-    ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency).
+    ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency;
+    the wait is the per-step latency and the slots' :func:`slot_waits`).
 
     Examples
     --------
@@ -224,8 +303,10 @@ def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
     if not len(t.i):
         return 0.0
     n = np.asarray(sizes)[t.i, t.j].astype(np.int64)
-    scale = t.inflation / C.PROTOCOL_EFFICIENCY[proto]
-    return float(np.max(_waits(system, t, proto) + t.latency + np.ceil(n * scale) / t.rate))
+    eff = C.PROTOCOL_EFFICIENCY[proto]
+    scale = t.inflation / eff
+    wait = _waits(system, t, proto) + slot_waits(system, t, n, proto, eff)
+    return float(np.max(wait + t.latency + np.ceil(n * scale) / t.rate))
 
 
 def alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="alltoall",
@@ -253,6 +334,6 @@ def alltoall(b: Builder, system: NcclSystem, sizes, proto: str = "Simple", tag="
     wire = np.ceil(n * (t.inflation / eff)).astype(np.int64)
     route_ids = np.array([b.route(r) for r in t.routes], dtype=np.int64)
     ranks = np.asarray(system.ranks, dtype=np.int64)
-    ids[t.i, t.j] = b.add(ranks[t.i], ranks[t.j], wire, (), tag, _waits(system, t, proto),
-                          route_ids[t.route])
+    wait = _waits(system, t, proto) + slot_waits(system, t, n, proto, eff)
+    ids[t.i, t.j] = b.add(ranks[t.i], ranks[t.j], wire, (), tag, wait, route_ids[t.route])
     return ids

@@ -200,14 +200,31 @@ class NcclSystem:
     def router(self):
         return self._router
 
+    @property
+    def buffers(self):
+        """NCCL's connection buffers (:class:`.pipeline.Buffers`): NCCL_BUFFSIZE from the
+        graph's ``nccl_buffsize`` attribute (bytes) when set, else NCCL's defaults."""
+        from .pipeline import Buffers
+
+        size = self.G.graph.get("nccl_buffsize")
+        key = ("buffers", size)
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = Buffers() if size is None else Buffers(simple=size)
+        return hit
+
     def ll128_enabled(self) -> bool:
         """tuning.cc: LL128 only over NVLink inside nodes, on Volta or newer GPUs of one kind."""
         return self.intra_hw == "nvlink" and self.sm is not None and self.sm >= 70
 
     def protocol_enabled(self, proto: str) -> bool:
         """Whether NCCL runs ``proto`` here: LL128 per :meth:`ll128_enabled`; across nodes LL
-        and LL128 only where the NICs keep 128-byte writes in order (:attr:`ll_over_net`)."""
+        and LL128 only where the NICs keep 128-byte writes in order (:attr:`ll_over_net`) and
+        the network transport carries them (:attr:`transport`)."""
         if proto != "Simple" and self.n_nodes > 1 and not self.ll_over_net:
+            return False
+        net = self.transport
+        if self.n_nodes > 1 and net is not None and proto not in net.protocols:
             return False
         return proto != "LL128" or self.ll128_enabled()
 
@@ -227,19 +244,142 @@ class NcclSystem:
 
     def p2p_stops(self, x: int, y: int) -> tuple:
         """``(stops, flow)`` of a send from rank ``x`` to rank ``y`` as NCCL's p2p routes it:
-        inside a node directly; between nodes through the NIC of the destination's rail,
-        reached over NVLink first (PXN, NCCL 2.12+), so the network leg stays on one rail."""
+        inside a node as its steps go (:meth:`intra_stops`: P2P or through host memory);
+        between nodes through the NIC of the destination's rail, reached over NVLink first
+        (PXN, NCCL 2.12+), so the network leg stays on one rail; a transport that copies
+        through host memory has no PXN: the sender's own rail, via both CPUs."""
         hx, hy = self.node_of(x), self.node_of(y)
         k = self.memo.get("rails")
         if k is None:                   # rails every node has (a million sends ask)
             k = self.memo["rails"] = min((len(n) for n in self.nics), default=0)
-        if hx == hy or not k:
+        if hx == hy:
+            return self.intra_stops(x, y), 0
+        if not k:
             return (self.gpu(x), self.gpu(y)), 0
+        net = self.transport
+        if net is not None and net.host_memory:     # no PXN without GPUDirect: own rail's NIC
+            j = self.nodes[hx].index(x) % k
+            return self.net_stops(x, y, self.nics[hx][j], self.nics[hy][j]), j
         j = self.nodes[hy].index(y) % k
         nic_x, nic_y = self.nics[hx][j], self.nics[hy][j]
         proxy = self.near[nic_x][0]
         via = ((self.gpu(proxy),) if proxy != x else ()) + (nic_x, nic_y)
         return (self.gpu(x), *via, self.gpu(y)), j
+
+    # -- transports and NCCL's path types ----------------------------------------------------
+    @property
+    def transport(self):
+        """The network transport the NICs run (:class:`.transports.Transport`; the NICs'
+        ``transport`` attribute, else their wire protocol's default), None without NICs or
+        when they run several."""
+        hit = self.memo.get("transport", False)
+        if hit is False:
+            import topologies.machines.parts as parts
+
+            from .transports import transport
+
+            names = {d.get("transport") or parts.DEFAULT_TRANSPORT.get(str(d.get("protocol", "ib")),
+                                                                      "ib")
+                     for d in (self.G.nodes[n] for n in self.near)}
+            hit = self.memo["transport"] = transport(names.pop()) if len(names) == 1 else None
+        return hit
+
+    @property
+    def unpack(self) -> bool:
+        """The network transport is an unpacking device (GPUDirect-TCPX/O)."""
+        return self.transport is not None and self.transport.unpack
+
+    def cpu_of(self, rank: int):
+        """The CPU node nearest ``rank``'s GPU (its host memory), or None without one."""
+        key = ("cpu_of", rank)
+        if key not in self.memo:
+            g = self.gpu(rank)
+            cpus = self.memo.get("cpus")
+            if cpus is None:
+                cpus = self.memo["cpus"] = [n for n, d in self.G.nodes(data=True)
+                                            if d.get("kind") == "cpu"]
+            host = self.G.nodes[g].get("host")
+            mine = [c for c in cpus if self.G.nodes[c].get("host") == host]
+            self.memo[key] = min(mine, key=lambda c: (self._router.latency(g, c), _natural(c)),
+                                 default=None)
+        return self.memo[key]
+
+    def path_type(self, a: int, b: int) -> str:
+        """NCCL's path type between ranks ``a`` and ``b`` of one node (src/graph/paths.cc):
+        ``NVL`` over NVLink (or NVSwitch) only, ``PIX`` through one PCIe switch, ``PXB``
+        through several, ``PHB`` through a CPU's host bridge, ``SYS`` across the CPUs' socket
+        link (UPI, xGMI, QPI).
+
+        Examples
+        --------
+        >>> import topologies
+        >>> s = NcclSystem.of(topologies.from_spec("pcie_box:gpus=8,gpus_per_switch=4"), range(8))
+        >>> s.path_type(0, 1), s.path_type(0, 4)
+        ('PIX', 'SYS')
+        """
+        key = ("path_type", min(a, b), max(a, b))
+        hit = self.memo.get(key)
+        if hit is None:
+            hit = self.memo[key] = _path_type(self.G, self._router.path(self.gpu(a),
+                                                                        self.gpu(b)))
+        return hit
+
+    def p2p_allowed(self, a: int, b: int) -> bool:
+        """Whether NCCL moves data between ranks ``a`` and ``b`` of one node by P2P (GPU to
+        GPU) rather than SHM (through host memory): paths.cc ``ncclTopoCheckP2p`` allows P2P
+        up to PXB (up to SYS between the two GPUs of an AMD host), and only where both GPUs
+        allow peer access (GPU attribute ``p2p``, False where the driver turns it off, as on
+        consumer cards)."""
+        off = self.memo.get("p2p_off")
+        if off is None:
+            off = self.memo["p2p_off"] = frozenset(
+                r for r in self.ranks if self.G.nodes[self.gpu(r)].get("p2p", True) is False)
+        if a in off or b in off:
+            return False
+        if self.intra_hw == "nvlink":           # NVL paths: P2P (a rank's node is all NVLink)
+            return True
+        level = _PATH_ORDER["PXB"]
+        cpu = self.cpu_of(a)
+        if (cpu is not None and self.G.nodes[cpu].get("vendor") == "amd"
+                and len(self.nodes[self.node_of(a)]) <= 2):
+            level = _PATH_ORDER["SYS"]
+        return _PATH_ORDER[self.path_type(a, b)] <= level
+
+    @property
+    def plain_p2p(self) -> bool:
+        """Every send goes GPU to GPU inside nodes and by GPUDirect between them: the
+        all-to-all's per-pair facts can be worked out over arrays (:mod:`.p2p`)."""
+        hit = self.memo.get("plain_p2p")
+        if hit is None:
+            net = self.transport
+            hit = not (net is not None and net.host_memory) and all(
+                self.p2p_allowed(a, b) for grp in self.nodes for a in grp for b in grp if a < b)
+            self.memo["plain_p2p"] = hit
+        return hit
+
+    def intra_stops(self, a: int, b: int) -> tuple:
+        """The stops of ``a``'s steps to ``b`` inside a node: GPU to GPU (P2P), or through the
+        host memory of ``b``'s CPU (NCCL's SHM transport keeps the buffer on the receiver's
+        side: shm.cc ``NCCL_SHM_LOCALITY``), each step crossing both GPUs' PCIe links."""
+        key = ("intra_stops", a, b)
+        hit = self.memo.get(key)
+        if hit is None:
+            cpu = None if self.p2p_allowed(a, b) else self.cpu_of(b)
+            hit = self.memo[key] = ((self.gpu(a), self.gpu(b)) if cpu is None
+                                    else (self.gpu(a), cpu, self.gpu(b)))
+        return hit
+
+    def net_stops(self, a: int, b: int, nic_a, nic_b) -> tuple:
+        """The stops of a network step from rank ``a`` through ``nic_a`` and ``nic_b`` to rank
+        ``b``: GPU, NIC, NIC, GPU with GPUDirect RDMA; through each side's host memory (its
+        CPU) when the transport copies steps through it (:attr:`transport`, the socket
+        transport)."""
+        net = self.transport
+        if net is not None and net.host_memory:
+            ca, cb = self.cpu_of(a), self.cpu_of(b)
+            return (self.gpu(a), *((ca,) if ca is not None else ()), nic_a, nic_b,
+                    *((cb,) if cb is not None else ()), self.gpu(b))
+        return (self.gpu(a), nic_a, nic_b, self.gpu(b))
 
     def kept(self, kind: str, objs: tuple, make):
         """``make()``, computed once per ``kind`` and identity of the objects ``objs`` (rings,
@@ -373,3 +513,22 @@ def _natural(name: str):
 def log2i(n: int) -> int:
     """floor(log2 n) for n >= 1 (NCCL's log2i)."""
     return int(math.floor(math.log2(n))) if n >= 1 else 0
+
+
+#: NCCL's path types, nearest first (src/graph/topo.h PATH_NVL .. PATH_SYS).
+_PATH_ORDER = {"NVL": 1, "PIX": 3, "PXB": 4, "PHB": 8, "SYS": 9}
+
+
+def _path_type(G, path) -> str:
+    """NCCL's type of a routed path between two GPUs (nodes in order)."""
+    links = [_link_class(G.edges[u, v]) for u, v in zip(path, path[1:])]
+    if links and all(k in NVLINK_CLASSES for k in links):
+        return "NVL"
+    kinds = [G.nodes[n] for n in path[1:-1]]
+    cpus = sum(d.get("kind") == "cpu" for d in kinds)
+    if cpus >= 2:
+        return "SYS"
+    if cpus == 1:
+        return "PHB"
+    bridges = sum(d.get("kind") == "switch" and d.get("fabric") == "pcie" for d in kinds)
+    return "PXB" if bridges > 1 else "PIX"
