@@ -19,7 +19,8 @@ from .generic import fully_connected, ring, switch
 from .io import load, save
 from .leaf_spine import leaf_spine
 from .machines import (PRESETS, a3_mega, bm_gpu_h100, dgx1_v100, dgx_a100, dgx_h100, hgx_b200,
-                       hgx_h200, nd_h100_v5, p2_16xlarge, p4d, p4de, p5, pcie_box)
+                       hgx_h200, nd_h100_v5, p2_16xlarge, p4d, p4de, p5, pcie_box,
+                       rtx4090_box)
 from .routing import Router, router_of
 from .spec import FAMILIES, from_spec, parse_spec
 from .summary import bisection_bandwidth, diameter, summary
@@ -31,7 +32,7 @@ __all__ = [
     "TopologyError", "SpecError", "ValidationError", "RoutingError",
     "parse_bytes", "parse_bandwidth", "parse_time",
     "ring", "fully_connected", "switch", "torus", "fat_tree", "leaf_spine", "dragonfly",
-    "dgx1_v100", "dgx_a100", "dgx_h100", "hgx_h200", "hgx_b200", "pcie_box", "p2_16xlarge",
+    "dgx1_v100", "dgx_a100", "dgx_h100", "hgx_h200", "hgx_b200", "pcie_box", "rtx4090_box", "p2_16xlarge",
     "p4d", "p4de", "p5", "a3_mega", "bm_gpu_h100", "nd_h100_v5", "PRESETS",
     "cluster", "FABRICS", "from_spec", "parse_spec", "FAMILIES",
     "validate_topology", "gpus", "Router", "router_of", "load", "save", "summary",

@@ -370,3 +370,10 @@ def test_measured_seconds_scale_per_operator_to_another_gpu(timed_trace):
     # a CPU's seconds are never a GPU's: the trace as measured here is timed by the model
     assert "roofline" in ComputeModel.for_device("A100", timed_trace, batch_size=8,
                                                  precision="fp32").source
+
+
+def test_the_consumer_box_preset_times_rtx4090s_with_ddp_through_host_memory(mlp):
+    G = topologies.from_spec("cluster:rtx4090_boxx2")
+    model = ComputeModel.for_topology(G, mlp)
+    assert (model.device, model.precision) == ("RTX4090", "amp-bf16")
+    assert all(d.get("p2p") is False for _, d in G.nodes(data=True) if d.get("kind") == "gpu")

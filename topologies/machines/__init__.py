@@ -7,7 +7,7 @@ model is known, ``sm`` (compute capability x 10) for the NCCL model.
 """
 from .cloud import a3_mega, bm_gpu_h100, nd_h100_v5, p4d, p4de, p5
 from .nvidia import DGX1_NVLINKS, dgx1_v100, dgx_a100, dgx_h100, hgx_b200, hgx_h200
-from .pcie import p2_16xlarge, pcie_box
+from .pcie import p2_16xlarge, pcie_box, rtx4090_box
 
 #: preset name -> builder (no required argument).
 PRESETS = {
@@ -17,6 +17,7 @@ PRESETS = {
     "hgx_h200": hgx_h200,
     "hgx_b200": hgx_b200,
     "pcie_box": pcie_box,
+    "rtx4090_box": rtx4090_box,
     "p2_16xlarge": p2_16xlarge,
     "p4d": p4d,
     "p4de": p4de,

@@ -17,7 +17,7 @@ DEFAULT_CPU = {3: "broadwell", 4: "icelake", 5: "sapphire_rapids"}
 def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
              nic_bandwidth: float = EDR, nics: int = 1, layout: str = "switch",
              sockets: int | None = None, cpu: str | None = None, p2p: bool = True,
-             gpu_model: str = "L40S") -> nx.Graph:
+             gpu_model: str = "L40S", nic_protocol: str = "ib") -> nx.Graph:
     """A PCIe-only GPU server, as people build them.
 
     ``layout="switch"`` (the usual 8-GPU 4U server: 8 x V100 PCIe, L40S, ...): PCIe switches
@@ -55,6 +55,9 @@ def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
     gpu_model : str
         The cards (:data:`~topologies.machines.parts.PCIE_GPUS`; default the L40S, NVIDIA's
         PCIe data-centre card of the Ada generation), which the compute model times.
+    nic_protocol : str
+        The NICs' protocol (:func:`~topologies.machines.parts.nic`): ``"ib"`` by default,
+        ``"ethernet"`` for plain Ethernet (NCCL's socket transport).
 
     Examples
     --------
@@ -107,20 +110,44 @@ def pcie_box(gpus: int = 8, *, gpus_per_switch: int = 4, pcie_gen: int = 3,
             add_node(G, f"pcie{s}", "switch", fabric="pcie")
             add_link(G, f"pcie{s}", f"cpu{s % sockets}", bw, PCIE_LATENCY, "pcie")
             if s < nics:
-                nic(G, f"nic{s}", nic_bandwidth)
+                nic(G, f"nic{s}", nic_bandwidth, nic_protocol)
                 add_link(G, f"nic{s}", f"pcie{s}", bw, PCIE_LATENCY, "pcie")
         home = [f"pcie{g // gpus_per_switch}" for g in range(gpus)]
     else:
         half = -(-gpus // sockets)
         home = [f"cpu{g // half}" for g in range(gpus)]
         for n in range(nics):
-            nic(G, f"nic{n}", nic_bandwidth)
+            nic(G, f"nic{n}", nic_bandwidth, nic_protocol)
             add_link(G, f"nic{n}", home[n * gpus // nics], bw, PCIE_LATENCY, "pcie")
     for g in range(gpus):
         gpu(G, f"gpu{g}", g, gpu_model)
         if not p2p:
             G.nodes[f"gpu{g}"]["p2p"] = False
         add_link(G, f"gpu{g}", home[g], bw, PCIE_LATENCY, "pcie")
+    return G
+
+
+def rtx4090_box() -> nx.Graph:
+    """A consumer-card training server: 8 RTX 4090 on the CPU root ports of a dual-socket
+    AMD EPYC (Zen 4) board, PCIe gen4 x16 each, P2P off, one 25 GbE NIC (NCCL's socket
+    transport).
+
+    The build people make of GeForce cards: a 4U chassis whose board gives every double-width
+    GPU a CPU root port (no PCIe switch), the two sockets joined by xGMI. NVIDIA's driver
+    ships peer-to-peer access turned off on GeForce cards, so NCCL moves every intra-node byte
+    through host memory (SHM); an Ethernet NIC makes NCCL use its socket transport. Sources:
+    PCI Express base specification (gen4 x16, 31.5 GB/s), the RTX 4090 (Ada whitepaper
+    appendix A: PCIe 4.0 x16), AMD's Zen 4 xGMI figures (:data:`.parts.CPU_FAMILIES`).
+
+    Examples
+    --------
+    >>> G = rtx4090_box()
+    >>> sorted({d["model"] for _, d in G.nodes(data=True) if d["kind"] == "gpu"}), G.nodes["gpu0"]["p2p"]
+    (['RTX4090'], False)
+    """
+    G = pcie_box(8, pcie_gen=4, layout="root", cpu="zen4", p2p=False, gpu_model="RTX4090",
+                 nic_bandwidth=25e9 / 8, nic_protocol="ethernet")
+    G.graph["name"] = "rtx4090_box"
     return G
 
 
