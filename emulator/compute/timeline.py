@@ -64,9 +64,10 @@ def step_times(opset, batch: int, device: Device, precision: Precision,
     >>> import qsgd
     >>> from emulator.compute import device, precision
     >>> ops = qsgd.record_operators(qsgd.build_model("mlp"), families=("fp32",))
-    >>> t = step_times(ops.family("fp32"), 64, device("A100"), precision("fp32"))
-    >>> t.host_bound_s > 0.5 * t.step_s     # a small MLP's GPU mostly waits on the host
-    True
+    >>> fam = ops.family("fp32")
+    >>> t = step_times(fam, 1, device("A100"), precision("fp32"))
+    >>> round(t.step_s / (len(fam.ops) * HOST_OP_S), 1)   # a small MLP: the host's issue time
+    1.0
     """
     host = dev = waited = 0.0
     ends = []
