@@ -425,11 +425,7 @@ class Router:
             if count:
                 self._work[b] = self._work.get(b, 0) + 1
             return dag
-        back = self._dags.get((b, a))
-        if back is not None:                    # costs are symmetric: the same DAG reversed
-            dag, work = back.reversed(a, b), 1
-        else:
-            dag, work = self._search(a, b)
+        dag, work = self._search(a, b)
         if count:
             self._work[b] = self._work.get(b, 0) + work
         self._dags[key] = dag
@@ -499,9 +495,10 @@ class Router:
         return _Dag(self, rem), len(F) + len(B)
 
 
-#: Nodes with more links than this find their next hops from the search's balls rather
-#: than by scanning every link (a spine of a 65,536-GPU fabric has 2,048).
-_WIDE = 64
+#: Nodes with more links than this (and than the search's balls have nodes) find their
+#: next hops from the balls rather than by scanning every link (a spine of a 65,536-GPU
+#: fabric has 2,048).
+_WIDE = 16
 
 
 class _Dag:
@@ -517,26 +514,12 @@ class _Dag:
     def __init__(self, router: Router, rem: dict):
         self.router, self.rem, self.succ = router, rem, {}
 
-    def reversed(self, a: int, b: int) -> "_Dag":
-        """The DAG from ``a`` to ``b`` of this DAG from ``b`` to ``a``: its nodes (every node
-        of a shortest route) with their cost to ``b``, D less their cost to ``a``. Only
-        those nodes carry a cost, so the next hops found from them are exactly the
-        neighbours that continue a shortest route."""
-        D = self.rem[b]
-        on, stack = {b}, [b]
-        while stack:
-            for v in self.next(stack.pop()):
-                if v not in on:
-                    on.add(v)
-                    stack.append(v)
-        return _Dag(self.router, {x: D - self.rem[x] for x in on})
-
     def next(self, u: int) -> tuple:
         nxt = self.succ.get(u)
         if nxt is None:
             rem, cadj = self.rem, self.router._cadj
             r = rem[u]
-            if len(cadj[u]) > _WIDE and len(cadj[u]) > 2 * len(rem):
+            if len(cadj[u]) > _WIDE and len(cadj[u]) > len(rem):
                 links = self.router._wide(u, cadj)
                 found = [links[v] + (v,) for v in rem if v in links]
                 nxt = tuple(v for _, c, v in sorted(found) if rem[v] == r - c)
