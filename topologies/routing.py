@@ -102,6 +102,7 @@ class Router:
         self._hosts = None                          # host -> its node ids (built on demand)
         self._host_kinds: dict = {}                 # machine description -> its routes
         self._host_kind: dict = {}                  # host -> (description, positions)
+        self._fabric = None                         # topologies.fabric.FabricRoutes, on demand
         # Sorted by neighbour id: routes must not depend on the order edges were added.
         self._adj = [sorted(lst, key=lambda t: label[t[0]]) for lst in adj]
         self._parent, core = self._peel(self._adj)
@@ -160,8 +161,9 @@ class Router:
         i, j = self._node(src), self._node(dst)
         seq = None
         salt = f"{self._label[i]}\0{self._label[j]}\0{flow}\0"
-        if self._host[i] is not None and self._host[i] == self._host[j] and i != j:
-            seq = self._in_host(i, j, salt)
+        if self._host[i] is not None and self._host[j] is not None and i != j:
+            seq = (self._in_host(i, j, salt) if self._host[i] == self._host[j]
+                   else self._via_fabric(i, j, salt))
         if seq is None:
             seq = self._route(i, j, salt)
         names = self._names
@@ -190,24 +192,31 @@ class Router:
         i, j = self._node(src), self._node(dst)
         if i == j:
             return [(src,)]
-        up_i, up_j = self._chain(i), self._chain(j)
-        if up_i[-1] == up_j[-1]:
-            return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
-        dag = self._dag(up_i[-1], up_j[-1])
+        fab = self._fabric_of(i, j)
+        if fab is not None:                    # a NIC-to-NIC route (topologies.fabric)
+            fr, (la, lb, dest) = fab
+            up_i, up_j = [i], [j]
+            dag, start, end = _FabricDag(fr, dest), la, lb
+            head, tail = [i], [j]
+        else:
+            up_i, up_j = self._chain(i), self._chain(j)
+            if up_i[-1] == up_j[-1]:
+                return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
+            dag, start, end = self._dag(up_i[-1], up_j[-1]), up_i[-1], up_j[-1]
+            head, tail = up_i[:-1], up_j[:-1][::-1]
         out: list[tuple] = []
-        end = up_j[-1]
 
         def walk(u, acc):
             if len(out) >= limit:
                 return
             if u == end:
-                seq = up_i[:-1] + acc + up_j[:-1][::-1]
+                seq = head + acc + tail
                 out.append(tuple(self._names[x] for x in seq))
                 return
             for v in dag.next(u):
                 walk(v, acc + [v])
 
-        walk(up_i[-1], [up_i[-1]])
+        walk(start, [start])
         return sorted(out, key=lambda p: [str(x) for x in p])
 
     # -- internals --------------------------------------------------------------------------
@@ -243,6 +252,38 @@ class Router:
             nxt = [v for v, c in local.adj[u] if dj[v] + c == dj[u]]
             u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[nodes[u]]) % len(nxt)]
             seq.append(nodes[u])
+        return seq
+
+    def _fabric_of(self, i: int, j: int):
+        """``(FabricRoutes, (leaf of i, leaf of j, table))`` when every shortest route from
+        machine node ``i`` to a node ``j`` of another machine crosses the fabric between
+        their leaves (:mod:`topologies.fabric`); else None."""
+        if self._host[i] is None or self._host[j] is None or self._host[i] == self._host[j]:
+            return None
+        fr = self._fabric
+        if fr is None:
+            from .fabric import FabricRoutes
+
+            fr = self._fabric = FabricRoutes(self)
+        if not fr.ok:
+            return None
+        got = fr.route(i, j)
+        return None if got is None else (fr, got)
+
+    def _via_fabric(self, i: int, j: int, salt: str):
+        """The route from machine node ``i`` to a node ``j`` of another machine through the
+        fabric's tables, hashed as :meth:`_route` hashes (None: not provably that route)."""
+        fab = self._fabric_of(i, j)
+        if fab is None:
+            return None
+        fr, (la, lb, dest) = fab
+        label = self._label
+        u, seq = la, [i, la]
+        while u != lb:
+            nxt = fr.next_hops(u, dest)
+            u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[u]) % len(nxt)]
+            seq.append(u)
+        seq.append(j)
         return seq
 
     def _describe_host(self, h) -> tuple:
@@ -375,11 +416,14 @@ class Router:
 
         Dijkstra in compiled code (scipy.sparse.csgraph; costs are symmetric, so distances
         from ``b`` are distances to it) when every cost sum is an integer a float64 holds
-        exactly, else in Python: a 512-GPU cluster needs ~600 maps, 2.4 ms each in Python."""
+        exactly, else in Python: a 512-GPU cluster needs ~600 maps, 2.4 ms each in Python.
+        Every sum Dijkstra forms is at most the longest distance plus the dearest link, so
+        that bound, checked on the result, proves the map exact (a bound on the sum of all
+        costs refused every cluster from 8,192 GPUs)."""
         if self._csr is None:
-            total = sum(c for lst in self._cadj for _, c in lst)
+            self._dearest = max((c for lst in self._cadj for _, c in lst), default=0)
             self._csr = False
-            if total < 1 << 53:
+            if self._dearest < 1 << 52:
                 from scipy.sparse import csr_matrix
 
                 rows = [u for u, lst in enumerate(self._cadj) for _ in lst]
@@ -392,7 +436,9 @@ class Router:
             from scipy.sparse.csgraph import dijkstra
 
             d = dijkstra(self._csr, directed=True, indices=b)
-            return array("q", np.where(np.isfinite(d), d, -1).astype(np.int64).tobytes())
+            reach = np.isfinite(d)
+            if float(d[reach].max()) + self._dearest < 1 << 53:
+                return array("q", np.where(reach, d, -1).astype(np.int64).tobytes())
         cadj = self._cadj
         best = [-1] * len(cadj)
         best[b] = 0
@@ -499,6 +545,18 @@ class Router:
 #: next hops from the balls rather than by scanning every link (a spine of a 65,536-GPU
 #: fabric has 2,048).
 _WIDE = 16
+
+
+class _FabricDag:
+    """A destination leaf's fabric table walked as a :class:`_Dag`."""
+
+    __slots__ = ("fr", "dest")
+
+    def __init__(self, fr, dest):
+        self.fr, self.dest = fr, dest
+
+    def next(self, u: int) -> tuple:
+        return self.fr.next_hops(u, self.dest)
 
 
 class _Dag:

@@ -1,6 +1,6 @@
 """Machines analysed once per kind: positional descriptions, routes inside a machine that are
-provably the graph's, and the router's shortcuts (inside a machine, a DAG reversed) routing
-exactly as a router without them."""
+provably the graph's, and the router's shortcuts (inside a machine, through the fabric's
+tables) routing exactly as a router without them."""
 import random
 
 import networkx as nx
@@ -80,16 +80,60 @@ def test_router_shortcuts_route_as_plain_searches(spec, monkeypatch):
     for a, b in pairs:                     # both directions: the second reverses the first's DAG
         fast.path(a, b, 3)
         fast.path(b, a, 3)
-    plain = Router(G)
-    monkeypatch.setattr(plain, "_in_host", lambda i, j, salt: None)
-    plain._DIST_AFTER = 1 << 60
+    plain = _plain(Router(G), monkeypatch)
     for a, b in pairs:
         for x, y in ((a, b), (b, a)):
-            fresh = Router(G)              # one search, nothing shared
-            fresh._DIST_AFTER = 1 << 60
-            monkeypatch.setattr(fresh, "_in_host", lambda i, j, salt: None)
+            fresh = _plain(Router(G), monkeypatch)     # one search, nothing shared
             assert fast.path(x, y, 3) == plain.path(x, y, 3) == fresh.path(x, y, 3), (x, y)
             assert fast.equal_cost_paths(x, y) == plain.equal_cost_paths(x, y)
+
+
+def _plain(router, monkeypatch):
+    """A router that searches every pair: no shortcut inside machines or through the
+    fabric's tables, no distance maps."""
+    monkeypatch.setattr(router, "_in_host", lambda i, j, salt: None)
+    monkeypatch.setattr(router, "_fabric_of", lambda i, j: None)
+    router._DIST_AFTER = 1 << 60
+    return router
+
+
+def _nic_pairs(G, seed, n=300):
+    rng = random.Random(seed)
+    nics = sorted((x for x, d in G.nodes(data=True) if d.get("kind") == "nic"), key=str)
+    return [(rng.choice(nics), rng.choice(nics)) for _ in range(n)]
+
+
+@pytest.mark.parametrize("spec", CLUSTERS[::2] + [
+    "cluster:dgx_a100x9,fabric=rail,nodes_per_unit=4",
+    "cluster:dgx_h100x12,fabric=leaf_spine,hosts_per_leaf=16,spines=3",
+    "cluster:p5x6,fabric=leaf_spine,hosts_per_leaf=12,oversubscription=2"])
+def test_nic_routes_through_the_fabric_tables_are_the_searched_ones(spec, monkeypatch):
+    G = topologies.from_spec(spec)
+    fast = Router(G)
+    plain = _plain(Router(G), monkeypatch)
+    pairs = _nic_pairs(G, seed=len(spec))
+    for flow in (0, 5):
+        for a, b in pairs:
+            assert fast.path(a, b, flow) == plain.path(a, b, flow), (a, b, flow)
+    for a, b in pairs[:60]:
+        assert fast.equal_cost_paths(a, b) == plain.equal_cost_paths(a, b)
+    used = sum(fast._fabric_of(fast._index[a], fast._index[b]) is not None for a, b in pairs
+               if G.nodes[a]["host"] != G.nodes[b]["host"])
+    assert used > 0 or "rail" in spec          # a rail's cross-rail pairs go through machines
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fabric_tables_refuse_a_shortcut_through_a_machine(seed, monkeypatch):
+    # Random latencies on a rail fabric: some machines' PCIe becomes the shortest way
+    # between two rails (as PXN uses it) or ties the spines; routes must stay the searched.
+    rng = random.Random(seed)
+    G = topologies.from_spec("cluster:dgx_h100x6,fabric=rail,nodes_per_unit=3")
+    for a, b, d in G.edges(data=True):
+        d["latency"] = rng.choice([0.25e-6, 0.5e-6, 1e-6, 1.5e-6])
+    fast = Router(G)
+    plain = _plain(Router(G), monkeypatch)
+    for a, b in _nic_pairs(G, seed, 400):
+        assert fast.path(a, b, seed) == plain.path(a, b, seed), (a, b)
 
 
 def test_routes_inside_a_machine_search_no_fabric():
