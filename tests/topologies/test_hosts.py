@@ -93,6 +93,7 @@ def _plain(router, monkeypatch):
     fabric's tables, no distance maps."""
     monkeypatch.setattr(router, "_in_host", lambda i, j, salt: None)
     monkeypatch.setattr(router, "_fabric_of", lambda i, j: None)
+    monkeypatch.setattr(router, "_link", lambda i, j: None)
     router._DIST_AFTER = 1 << 60
     return router
 
@@ -120,6 +121,19 @@ def test_nic_routes_through_the_fabric_tables_are_the_searched_ones(spec, monkey
     used = sum(fast._fabric_of(fast._index[a], fast._index[b]) is not None for a, b in pairs
                if G.nodes[a]["host"] != G.nodes[b]["host"])
     assert used > 0 or "rail" in spec          # a rail's cross-rail pairs go through machines
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_link_is_the_route_only_when_nothing_is_as_short(seed, monkeypatch):
+    rng = random.Random(seed)
+    G = topologies.from_spec("cluster:dgx_a100x4,fabric=fat_tree")
+    for a, b, d in G.edges(data=True):
+        d["latency"] = rng.choice([0.25e-6, 0.5e-6, 1e-6, 2e-6, 3e-6])
+    fast = Router(G)
+    plain = _plain(Router(G), monkeypatch)
+    for a, b in G.edges:
+        for x, y in ((a, b), (b, a)):
+            assert fast.path(x, y, seed) == plain.path(x, y, seed), (x, y)
 
 
 @pytest.mark.parametrize("seed", range(6))
