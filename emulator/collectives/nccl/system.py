@@ -95,6 +95,7 @@ class NcclSystem:
     _place: dict = field(default_factory=dict, repr=False, compare=False)
     _templates: dict = field(default_factory=dict, repr=False, compare=False)
     _channel_ids: dict = field(default_factory=dict, repr=False, compare=False)
+    _flowless: dict = field(default_factory=dict, repr=False, compare=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
     _legs: dict = field(default_factory=dict, repr=False, compare=False)
     #: derived facts the builders and the cost model reuse across collectives (keyed by kind)
@@ -271,7 +272,14 @@ class NcclSystem:
         key = (stops if type(stops) is tuple else tuple(stops), flow)
         hit = self._hops.get(key)
         if hit is None:
-            hit = self._hops[key] = self._machine_hop(key[0]) or self._hop(key[0], flow)
+            hit = self._flowless.get(key[0])         # inside a machine: any flow's
+            if hit is None:
+                hit = self._machine_hop(key[0])
+                if hit is not None:
+                    self._flowless[key[0]] = hit
+                else:
+                    hit = self._hop(key[0], flow)
+            self._hops[key] = hit
         return hit
 
     def _machine_hop(self, stops: tuple):
