@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from .errors import ConfigError
 
 __all__ = ["FastResult", "closed_form_collective", "calibrated_collective", "smaller_cluster",
+           "calibration_cluster", "CALIBRATION_S",
            "scaled_bytes", "transfers", "engine_seconds", "analysis_seconds", "ERROR_BOUND",
            "CALIBRATED_BOUND", "METHOD"]
 
@@ -227,6 +228,43 @@ def smaller_cluster(spec: str, nodes: int):
         return None
     kw = dict(kw, nodes=int(nodes))
     return topologies.cluster(**kw)
+
+
+#: The calibration runs the engine on a smaller cluster for at most this long (s).
+CALIBRATION_S = 4.0
+
+
+def calibration_cluster(spec: str, system, choice: dict, n_transfers: int,
+                        budget_s: float = CALIBRATION_S) -> tuple:
+    """``(graph, machines)``: the largest cluster of ``spec``'s machines and fabric, halving
+    the machines (at least 2, fewer than the cluster's), whose engine run of NCCL's
+    ``choice`` should take at most ``budget_s``; (None, 0) when none does or ``spec`` is no
+    ``cluster:`` spec. Transfers scale with the GPUs (trees), or with their square (rings,
+    all-to-all, NVLS).
+
+    Examples
+    --------
+    >>> import topologies
+    >>> from .collectives.nccl import NcclSystem, plan
+    >>> spec = "cluster:dgx_h100x64"
+    >>> G = topologies.from_spec(spec)
+    >>> s = NcclSystem.of(G, range(512))
+    >>> c = plan(G, "allreduce", 1 << 20, system=s).to_dict()
+    >>> calibration_cluster(spec, s, c, transfers(s, "allreduce", c, 1 << 20))[1]
+    32
+    """
+    p = len(system.ranks)
+    per = p // max(1, system.n_nodes)
+    square = choice["algorithm"] in ("Ring", "P2P", "NVLS")
+    m = system.n_nodes // 2
+    while m >= 2:
+        est = engine_seconds(choice["algorithm"],
+                             n_transfers * (m * per / p) ** (2 if square else 1))
+        if est <= budget_s:
+            G = smaller_cluster(spec, m)
+            return (G, m) if G is not None else (None, 0)
+        m //= 2
+    return None, 0
 
 
 def transfers(system, op: str, choice: dict, nbytes: int) -> int:

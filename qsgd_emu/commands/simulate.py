@@ -42,8 +42,6 @@ AUTO_ENGINE_S = 20.0
 #: Without --time-limit: refuse what would take longer than this (s); a typo of two zeros in
 #: a cluster's size is refused at once rather than left running.
 DEFAULT_LIMIT_S = 600.0
-#: The closed form's calibration runs the engine on a smaller cluster: at most this (s).
-CALIBRATION_S = 4.0
 
 #: option -> (number of comma-separated fields, their names, help); parsers in _FAULT_PARSERS
 _FAULT_FORMS = {
@@ -384,21 +382,6 @@ def _spec_gpus(spec: str) -> int | None:
     return int(kw.get("nodes", 2)) * len(topologies.gpus(preset()))
 
 
-def _smaller(spec: str, n_gpus: int, per_gpu: int, estimate) -> tuple:
-    """``(graph, machines)`` of the largest smaller cluster of ``spec`` (halving the machines,
-    at least 2) whose engine run ``estimate(gpus)`` fits :data:`CALIBRATION_S`; (None, 0)."""
-    from emulator.fastpath import smaller_cluster
-
-    machines = n_gpus // max(per_gpu, 1)
-    m = machines // 2
-    while m >= 2:
-        if estimate(m * per_gpu) <= CALIBRATION_S:
-            G = smaller_cluster(spec, m)
-            return (G, m) if G is not None else (None, 0)
-        m //= 2
-    return None, 0
-
-
 def _refuse(what: str, seconds: float, limit: float, how: str) -> ValueError:
     from qsgd_emu.progress import duration
 
@@ -472,18 +455,10 @@ def _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels) -
         raise _refuse(what, engine_s, limit, how)
 
     if method == "closed-form":
-        small, machines = None, 0
-        per = nranks // max(1, len(system.nodes))
-        if guess is not None:
-            square = choice["algorithm"] in ("Ring", "P2P", "NVLS")   # transfers ~ GPUs**2
-
-            def estimate(g):
-                return fastpath.engine_seconds(choice["algorithm"],
-                                               n_tr * (g / nranks) ** (2 if square else 1))
-
-            small, machines = _smaller(args.topology, nranks, per, estimate)
+        small, machines = fastpath.calibration_cluster(args.topology, system, choice, n_tr)
         watch.stage("the closed form" + (f", calibrated on {machines} machines by the engine"
-                                         if small is not None else ""), CALIBRATION_S)
+                                         if small is not None else ""),
+                    fastpath.CALIBRATION_S)
         if small is not None:
             fast = fastpath.calibrated_collective(G, args.op, args.algorithm, nbytes, small,
                                                   protocol=args.protocol, channels=channels)
