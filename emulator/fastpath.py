@@ -31,14 +31,16 @@ METHOD = "closed form (NCCL's cost model with link loads)"
 
 #: Largest relative error of the closed form against the engine, per NCCL algorithm, measured
 #: by ``benchmarks/fastpath_error.py`` on DGX H100 and A100 clusters of 16..2,048 GPUs, leaf-
-#: spine and rail fabrics, 1 MB..1 GB (benchmarks/RESULTS.md). A time the closed form gives
-#: is within this fraction of what the engine would give on those clusters.
-ERROR_BOUND = {"Ring": 0.05, "Tree": 0.20, "NVLS": 0.01, "NVLSTree": 0.10, "P2P": 0.05}
+#: spine and rail fabrics, allreduce of 1 MB..1 GB (benchmarks/RESULTS.md, "Clusters of 8k to
+#: 64k GPUs"): NCCL's model leaves out the NVLS-tree's pipeline fill (the engine is up to 39 %
+#: slower at 1 GB) and overstates LL128 rings and trees at mid sizes (up to 30 %). NVLS (one
+#: machine) and all-to-all were not measured: their entry is the largest of the others.
+ERROR_BOUND = {"Ring": 0.29, "Tree": 0.31, "NVLSTree": 0.40}
 
 #: Wall seconds per transfer to build and simulate a schedule, per NCCL algorithm, and per GPU
 #: to analyse a cluster and choose (system, channels, closed forms), measured on this 2-core
 #: machine (benchmarks/RESULTS.md): an estimate for choosing and for progress, not a promise.
-SECONDS_PER_TRANSFER = {"Ring": 2.5e-6, "Tree": 15e-6, "NVLS": 20e-6, "NVLSTree": 40e-6,
+SECONDS_PER_TRANSFER = {"Ring": 6e-6, "Tree": 20e-6, "NVLS": 20e-6, "NVLSTree": 40e-6,
                         "P2P": 15e-6, None: 10e-6}
 SECONDS_PER_GPU = 1.5e-3
 #: Fixed costs: importing the engine's kernels, building the graph.
@@ -129,7 +131,7 @@ def closed_form_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=Non
     >>> G = topologies.from_spec("cluster:dgx_h100x2")
     >>> r = closed_form_collective(G, "allreduce", "nccl", 1 << 20)
     >>> r.nccl["algorithm"], r.time_s == r.nccl["predicted_s"], r.error
-    ('NVLSTree', True, 0.1)
+    ('NVLSTree', True, 0.4)
     """
     from .collectives.nccl import plan
 
@@ -152,7 +154,7 @@ FORCE = {"Ring": "nccl_ring", "Tree": "nccl_tree", "NVLS": "nccl_nvls",
 
 #: Largest relative error of the calibrated closed form (:func:`calibrated_collective`)
 #: against the engine, measured by ``benchmarks/fastpath_error.py --calibrate`` (RESULTS.md).
-CALIBRATED_BOUND = {"Ring": 0.05, "Tree": 0.05, "NVLS": 0.01, "NVLSTree": 0.05, "P2P": 0.05}
+CALIBRATED_BOUND = {"Ring": 0.05, "Tree": 0.07, "NVLSTree": 0.07}
 
 
 def scaled_bytes(op: str, nbytes: int, ranks: int, small: int) -> int:
@@ -310,7 +312,7 @@ def engine_seconds(algorithm: str | None, n_transfers: int) -> float:
     Examples
     --------
     >>> round(engine_seconds("Ring", 2_000_000), 1)
-    5.0
+    12.0
     """
     return SECONDS_PER_TRANSFER.get(algorithm, SECONDS_PER_TRANSFER[None]) * n_transfers
 

@@ -41,7 +41,7 @@ def test_closed_form_is_the_plans_and_calibrating_on_the_cluster_itself_gives_th
     fast = fastpath.closed_form_collective(G, op, algorithm, nbytes, protocol=proto)
     sched = emulator.build_schedule(op, algorithm, n, nbytes, graph=G, protocol=proto)
     assert fast.nccl == sched.detail["nccl"] and fast.time_s == sched.detail["nccl"]["predicted_s"]
-    assert fast.error == fastpath.ERROR_BOUND[fast.nccl["algorithm"]]
+    assert fast.error == fastpath.ERROR_BOUND.get(fast.nccl["algorithm"], max(fastpath.ERROR_BOUND.values()))
     engine = emulator.simulate(G, sched).time_s
     cal = fastpath.calibrated_collective(G, op, algorithm, nbytes, G, protocol=proto)
     assert cal.time_s == pytest.approx(engine, rel=1e-12)
