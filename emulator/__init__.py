@@ -40,7 +40,8 @@ _LAZY = {
                     "calibrate", "compare", "import_nccl_tests"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
-_SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult")
+_SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult",
+               "fastpath")
 
 
 def __getattr__(name):
@@ -69,7 +70,7 @@ __all__ = [
     "ComputeModel", "DEVICES", "Network", "replay", "bucket_plan", "collective_requests",
     "Prediction", "TRANSPORTS",
     "StudyConfig", "run_study", "placement_notes", "topology_for", "Study", "StudyRow",
-    "read_study", "write_report", "figures",
+    "read_study", "write_report", "figures", "fastpath",
     "Budget", "Candidate", "Recommendation", "VarianceModel", "pareto_front", "recommend",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",
