@@ -114,7 +114,13 @@ class Watch:
             stage, frac = self._stage, self._fraction
         left = self.left_s()
         text = stage + (f" ({frac:.0%})" if frac is not None else "")
-        if left is not None:
+        with self._lock:
+            over = (self._stage_s is not None and frac is None
+                    and time.perf_counter() - self._stage_t0 > self._stage_s)
+            est = self._stage_s
+        if over:
+            text += f"; longer than the {duration(est)} estimated"
+        elif left is not None:
             text += f"; about {duration(left)} left"
         self._line(text)
 
