@@ -43,9 +43,14 @@ def run_case(root: str, spec: str, size: str, extra: list, timeout: float) -> di
     usage = _child_usage()
     lines = {l.split()[0]: l for l in out.splitlines() if l.strip()}
     return {"wall": wall, "status": "ok" if proc.returncode == 0 else err.strip()[-200:],
-            "method": lines.get("method", "").split(None, 1)[-1][:48],
-            "time": lines.get("time", "").split(None, 1)[-1], **usage,
+            "method": _value(lines, "method")[:48], "time": _value(lines, "time"), **usage,
             "progress": sum(1 for l in err.splitlines() if l.startswith("simulate:"))}
+
+
+def _value(lines: dict, key: str) -> str:
+    """The value of an output row ``key  value`` ("" when the output has no such row)."""
+    parts = lines.get(key, "").split(None, 1)
+    return parts[1] if len(parts) > 1 else ""
 
 
 _LAST = {"cpu": 0.0}
