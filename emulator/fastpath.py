@@ -42,7 +42,7 @@ ERROR_BOUND = {"Ring": 0.29, "Tree": 0.31, "NVLSTree": 0.40}
 #: machine (benchmarks/RESULTS.md): an estimate for choosing and for progress, not a promise.
 SECONDS_PER_TRANSFER = {"Ring": 6e-6, "Tree": 20e-6, "NVLS": 20e-6, "NVLSTree": 40e-6,
                         "P2P": 15e-6, None: 10e-6}
-SECONDS_PER_GPU = 1.5e-3
+SECONDS_PER_GPU = 2.5e-3
 #: Fixed costs: importing the engine's kernels, building the graph.
 SECONDS_FIXED = 1.5
 
@@ -324,6 +324,6 @@ def analysis_seconds(n_gpus: int) -> float:
     Examples
     --------
     >>> round(analysis_seconds(8192), 1)
-    13.8
+    22.0
     """
     return SECONDS_FIXED + SECONDS_PER_GPU * n_gpus
