@@ -40,7 +40,8 @@ _LAZY = {
                     "calibrate", "compare", "import_nccl_tests"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
-_SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult")
+_SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult",
+               "fastpath")
 
 
 def __getattr__(name):
@@ -68,8 +69,8 @@ __all__ = [
     "Straggler", "size_sweep", "sweep_sizes",
     "ComputeModel", "DEVICES", "PRECISIONS", "Network", "replay", "bucket_plan", "collective_requests",
     "Prediction", "TRANSPORTS",
-    "StudyConfig", "run_study", "placement_notes", "resolve_compute", "topology_for", "Study", "StudyRow",
-    "read_study", "write_report", "figures",
+    "StudyConfig", "run_study", "placement_notes", "resolve_compute", "topology_for", "Study",
+    "StudyRow", "read_study", "write_report", "figures", "fastpath",
     "Budget", "Candidate", "Recommendation", "VarianceModel", "pareto_front", "recommend",
     "MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport", "calibrate",
     "compare", "import_nccl_tests",

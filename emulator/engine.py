@@ -117,8 +117,9 @@ class _Run:
     """
 
     def __init__(self, net: "_Network", schedule: Schedule, earliest: np.ndarray,
-                 tolerance: float = 0.0):
+                 tolerance: float = 0.0, progress=None):
         self.s = schedule
+        self.progress = progress
         self.net = net
         n = len(schedule)
         self.n = n
@@ -164,6 +165,8 @@ class _Run:
             yield env.timeout(max(t_next - env.now, 0.0))
             last = _events.run(self.paths, self.state, self.flows, self.sched, K, _REL_TOL,
                                self.tolerance, EVENTS_PER_STEP)
+            if self.progress is not None:
+                self.progress(int(K.counts[1]), self.n)
             if K.counts[4]:
                 raise SimulationError("max-min allocation gave a flow no bandwidth at "
                                       f"t={last!r} s (a channel's residual capacity reached 0)")
@@ -251,7 +254,7 @@ def _tolerance(exact, tolerance) -> float:
 
 
 def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=None,
-             _force_events: bool = False) -> CollectiveResult:
+             progress=None, _force_events: bool = False) -> CollectiveResult:
     """Run ``schedule`` over topology ``G`` and return what happened.
 
     Parameters
@@ -270,6 +273,9 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
     tolerance : float, optional
         With ``exact=False``: the fraction of its duration (0 < tolerance < 0.5) by which a
         flow may finish early to share an event; default :data:`APPROX_TOLERANCE`.
+    progress : callable, optional
+        ``progress(arrived, total)``: transfers arrived so far, called every
+        :data:`EVENTS_PER_STEP` events of the event loop (for a command's progress line).
 
     Returns
     -------
@@ -323,7 +329,7 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
         if fast is not None:
             return _result(schedule, net, fast["start_s"], fast["arrive_s"], fast["bytes"],
                            fast["busy_s"], fast["peak"], events=0)
-    run = _Run(net, schedule, earliest, tolerance=rel_d)
+    run = _Run(net, schedule, earliest, tolerance=rel_d, progress=progress)
     env = simpy.Environment()
     env.process(run.process(env))
     env.run()

@@ -54,7 +54,7 @@ class _Routes:
         self.capacity = np.array(cap)
         self.chan_lat = np.array(lat)
         n = len(self.gpus)
-        self.default = np.full(n * n, -1, dtype=np.int64)   # (src, dst) -> path, Route()
+        self.default = _Pairs(n)                           # (src, dst) -> path, Route()
         self.other: dict = {}                              # (Route, src, dst) -> path
         self.by_channels: dict = {}                        # channel tuple -> path (routes)
         self._legs: dict = {}                              # (a, b, flow) -> channel ids
@@ -96,12 +96,14 @@ class _Routes:
         once per :meth:`paths` call, not per path: per path they made a million-pair
         all-to-all quadratic."""
         k = s * len(self.gpus) + d
-        if self.default[k] < 0:
+        pid = self.default.get(k)
+        if pid < 0:
             chans = self._route(route, s, d)
             # a waypoint route routed before may have crossed the same channels: one path
             pid = self.by_channels.get(tuple(chans)) if self.by_channels else None
-            self.default[k] = self._add(chans) if pid is None else pid
-        return int(self.default[k])
+            pid = self._add(chans) if pid is None else pid
+            self.default.set(k, pid)
+        return int(pid)
 
     def paths(self, routes, route_idx: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """Global path ids of the (route, src, dst) triples (arrays of equal length)."""
@@ -109,13 +111,9 @@ class _Routes:
         out = np.full(len(src), -1, dtype=np.int64)
         default = route_idx == 0
         key = src * n + dst if default.all() else src[default] * n + dst[default]
-        # A flag per (src, dst) rather than np.unique: no sort of millions of keys.
-        seen = np.zeros(n * n, dtype=bool)
-        seen[key[self.default[key] < 0]] = True
-        missing = np.flatnonzero(seen)
-        for k in missing.tolist():
+        for k in self.default.missing(key).tolist():
             self._default_path(routes[0], *divmod(k, n))
-        out[default] = self.default[key]
+        out[default] = self.default.lookup(key)
         rest = np.flatnonzero(~default)
         if len(rest):
             # One int64 key per (route, src, dst): unique on rows sorts a void dtype, ~20x slower.
@@ -135,7 +133,7 @@ class _Routes:
                         # route's between the same GPUs; routing it just to compare would
                         # double a million-pair all-to-all's routing, so only one routed
                         # already is compared (:meth:`_default_path` compares the other way)
-                        base = int(self.default[s * n + d])
+                        base = self.default.get(s * n + d)
                         same = base >= 0 and tuple(
                             self.chan[self.ptr[base]:self.ptr[base + 1]]) == chans
                         pid = base if same else self._add(list(chans))
@@ -161,6 +159,64 @@ class _Routes:
             at = k < lens
             lat[at] += self.chan_lat[self._chan[pos[at] + k]]
         self._lat = np.concatenate([self._lat, lat])
+
+
+class _Pairs:
+    """(source, destination) GPU pair -> path id (-1: none yet), for keys ``s * n + d``.
+
+    A dense array of n**2 entries up to 4,096 GPUs (128 MB), as it always was: one gather per
+    lookup, and a flag per pair finds the missing ones without sorting millions of keys.
+    Beyond, sorted keys and a binary search (n**2 entries are 512 MB at 8,192 GPUs and 34 GB
+    at 65,536; a collective uses a few pairs per GPU), with new pairs merged in per call."""
+
+    DENSE = 1 << 24
+
+    def __init__(self, n: int):
+        self.n2 = n * n
+        self.dense = np.full(self.n2, -1, dtype=np.int64) if self.n2 <= self.DENSE else None
+        self.keys = np.zeros(0, dtype=np.int64)
+        self.vals = np.zeros(0, dtype=np.int64)
+        self.new: dict = {}
+
+    def get(self, k: int) -> int:
+        if self.dense is not None:
+            return int(self.dense[k])
+        hit = self.new.get(k)
+        if hit is not None:
+            return hit
+        i = int(np.searchsorted(self.keys, k))
+        return int(self.vals[i]) if i < len(self.keys) and self.keys[i] == k else -1
+
+    def set(self, k: int, v: int) -> None:
+        if self.dense is not None:
+            self.dense[k] = v
+        else:
+            self.new[k] = v
+
+    def _merge(self) -> None:
+        if self.new:
+            keys = np.concatenate([self.keys, np.fromiter(self.new, dtype=np.int64)])
+            vals = np.concatenate([self.vals, np.fromiter(self.new.values(), dtype=np.int64)])
+            order = np.argsort(keys, kind="stable")
+            self.keys, self.vals = keys[order], vals[order]
+            self.new = {}
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        if self.dense is not None:
+            return self.dense[keys]
+        self._merge()
+        i = np.minimum(np.searchsorted(self.keys, keys), max(len(self.keys) - 1, 0))
+        if not len(self.keys):
+            return np.full(len(keys), -1, dtype=np.int64)
+        return np.where(self.keys[i] == keys, self.vals[i], -1)
+
+    def missing(self, keys: np.ndarray) -> np.ndarray:
+        """The distinct keys without a path yet, in increasing order."""
+        if self.dense is not None:
+            seen = np.zeros(self.n2, dtype=bool)
+            seen[keys[self.dense[keys] < 0]] = True
+            return np.flatnonzero(seen)
+        return np.unique(keys[self.lookup(keys) < 0])
 
 
 def _routes_of(G, gpus) -> _Routes:

@@ -49,6 +49,10 @@ class Network:
         The approximate mode of :meth:`prefetch` (:mod:`emulator.interpolation`): sizes of one
         shape between simulated ones are read off a line checked to this relative tolerance.
         None (the default): every size is simulated.
+    engine_budget_s : float, optional
+        NCCL collectives whose engine run would take longer (by the estimate) take NCCL's
+        closed form calibrated by the engine on a smaller cluster of the graph's spec
+        (:meth:`fast`); None (the default): the engine always.
 
     Examples
     --------
@@ -61,7 +65,7 @@ class Network:
 
     def __init__(self, G, world_size: int | None = None, algorithm: str = DEFAULT_ALGORITHM,
                  on_simulated: Callable[[str, int, float], None] | None = None,
-                 interpolate: float | None = None):
+                 interpolate: float | None = None, engine_budget_s: float | None = None):
         import topologies
 
         n = len(topologies.gpus(G))
@@ -86,6 +90,12 @@ class Network:
         self.interpolate = interpolate
         #: Cache keys whose times were read off a line (:meth:`prefetch`), not simulated.
         self.interpolated: set = set()
+        #: NCCL collectives whose engine run should take longer than this (s, by
+        #: :func:`emulator.fastpath.engine_seconds`) take the calibrated closed form
+        #: (:meth:`fast`); None: always the engine.
+        self.engine_budget_s = engine_budget_s
+        #: Cache keys whose times came from the closed form (:meth:`fast`), not the engine.
+        self.closed_form: set = set()
 
     @property
     def nccl(self) -> bool:
@@ -116,8 +126,15 @@ class Network:
         return hit
 
     def _simulate(self, op: str, algorithm: str, nbytes: int, payload_bytes=None) -> tuple:
-        """``(seconds, mean payload bytes per GPU, transfers)`` of one collective, simulated."""
+        """``(seconds, mean payload bytes per GPU, transfers)`` of one collective, simulated,
+        or by the calibrated closed form where the engine would take longer than
+        :attr:`engine_budget_s` (:meth:`fast`)."""
         t0 = time.perf_counter()
+        fast = self.fast(op, algorithm, nbytes) if payload_bytes is None else None
+        if fast is not None:
+            if self.on_simulated is not None:
+                self.on_simulated(op, int(nbytes), time.perf_counter() - t0)
+            return fast
         sched = build_schedule(op, algorithm, list(range(self.world_size)), int(nbytes),
                                graph=self.G, payload_bytes=payload_bytes)
         res = simulate(self.G, sched)
@@ -125,6 +142,44 @@ class Network:
         if self.on_simulated is not None:
             self.on_simulated(op, int(nbytes), time.perf_counter() - t0)
         return float(res.time_s), float(sent) / self.world_size, len(sched)
+
+    def fast(self, op: str, algorithm: str, nbytes: int):
+        """``(seconds, mean payload bytes per GPU, 0)`` of an NCCL collective by the closed
+        form calibrated on a smaller cluster of the graph's spec
+        (:func:`emulator.fastpath.calibrated_collective`; the plain closed form for a graph
+        that is no ``cluster:`` spec), when the engine would take longer than
+        :attr:`engine_budget_s` by its estimate; else None. Its key joins :attr:`closed_form`.
+
+        Examples
+        --------
+        >>> import topologies
+        >>> net = Network(topologies.from_spec("cluster:dgx_h100x16"), engine_budget_s=0.0)
+        >>> s, _ = net.collective("allreduce", "nccl", 1 << 20)
+        >>> ("allreduce", "nccl", 1 << 20, None) in net.closed_form
+        True
+        """
+        from . import fastpath
+
+        if self.engine_budget_s is None or algorithm not in nccl.NAMES:
+            return None
+        system = nccl.NcclSystem.of(self.G, range(self.world_size))
+        choice = nccl.plan(self.G, op, int(nbytes), range(self.world_size),
+                           algo=nccl.NAMES[algorithm], system=system).to_dict()
+        n_tr = fastpath.transfers(system, op, choice, int(nbytes))
+        if fastpath.engine_seconds(choice["algorithm"], n_tr) <= self.engine_budget_s:
+            return None
+        spec = self.name if self.world_size == len(system._gpu) else ""
+        small, _ = fastpath.calibration_cluster(spec, system, choice, n_tr)
+        if small is not None:
+            res = fastpath.calibrated_collective(self.G, op, algorithm, int(nbytes), small)
+        else:
+            res = fastpath.closed_form_collective(self.G, op, algorithm, int(nbytes),
+                                                  ranks=self.world_size)
+        self.closed_form.add((op, algorithm, int(nbytes), None))
+        from .collectives.nccl import _payload
+
+        sent = _payload(op, choice["algorithm"], self.world_size, int(nbytes))
+        return float(res.time_s), float(sent) / self.world_size, 0
 
     def shape(self, op: str, algorithm: str, nbytes: int):
         """What fixes the shape of the schedule of ``op`` by ``algorithm`` at ``nbytes``
@@ -205,7 +260,7 @@ class Network:
                 pool = stack.enter_context(cf.ProcessPoolExecutor(
                     max_workers=min(workers, len(todo)), mp_context=ctx,
                     initializer=_worker_init,
-                    initargs=(self.G, self.world_size, self.algorithm)))
+                    initargs=(self.G, self.world_size, self.algorithm, self.engine_budget_s)))
             if self.interpolate is None:
                 self._simulate_all(list(todo.values()), pool)
                 return len(todo)
@@ -260,8 +315,10 @@ class Network:
                 out[r] = (seconds, sent, transfers)
                 if self.on_simulated is not None:
                     self.on_simulated(r[0], r[2], wall_s)
-        for (op, algorithm, nbytes), (seconds, sent, _) in out.items():
+        for (op, algorithm, nbytes), (seconds, sent, transfers) in out.items():
             self._cache[(op, algorithm, nbytes, None)] = (seconds, sent)
+            if transfers == 0:                  # a worker's closed form (fast())
+                self.closed_form.add((op, algorithm, nbytes, None))
         return out
 
     def op_of(self, algorithm: str) -> str:
@@ -276,11 +333,11 @@ class Network:
 _WORKER: dict = {}
 
 
-def _worker_init(G, world_size: int, algorithm: str) -> None:
+def _worker_init(G, world_size: int, algorithm: str, engine_budget_s=None) -> None:
     from ._malloc import keep_freed_memory
 
     keep_freed_memory()         # a worker simulates one big collective after another
-    _WORKER["net"] = Network(G, world_size, algorithm)
+    _WORKER["net"] = Network(G, world_size, algorithm, engine_budget_s=engine_budget_s)
 
 
 def _worker_collective(op: str, algorithm: str, nbytes: int) -> tuple:

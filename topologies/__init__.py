@@ -16,6 +16,7 @@ from .dragonfly import dragonfly
 from .errors import RoutingError, SpecError, TopologyError, ValidationError
 from .fat_tree import fat_tree
 from .generic import fully_connected, ring, switch
+from .hosts import LocalRoutes, machine_signature
 from .io import load, save
 from .leaf_spine import leaf_spine
 from .machines import (PRESETS, a3_mega, bm_gpu_h100, dgx1_v100, dgx_a100, dgx_h100, hgx_b200,
@@ -37,5 +38,5 @@ __all__ = [
     "cluster", "FABRICS", "from_spec", "parse_spec", "FAMILIES",
     "validate_topology", "gpus", "Router", "router_of", "load", "save", "summary",
     "bisection_bandwidth",
-    "diameter",
+    "diameter", "machine_signature", "LocalRoutes",
 ]

@@ -22,6 +22,12 @@ Speed. Two facts keep routing of a whole cluster in seconds:
    search instead: its distance to every node. The equal-cost next hops at u are then the
    neighbours v with ``dist(v) == dist(u) - cost(u, v)``, found while walking, with no search
    per pair. They are the same next hops, in the same order, as the DAG of the pair search.
+   A destination buys its map once the pair searches towards it have settled as many nodes
+   as a fraction of the graph (the rent-or-buy rule): a GPU that only its own machine's NICs
+   and GPUs route to (NCCL's analysis of a 1024-machine cluster asks 15 such routes per GPU,
+   each settling a dozen nodes) never pays for a search of the whole cluster, which made that
+   analysis quadratic in the machines (20 s at 2048 GPUs), while an all-to-all's
+   destinations, searched from everywhere, buy theirs after a few dozen routes.
 """
 from __future__ import annotations
 
@@ -48,6 +54,12 @@ def _stable_hash(text: str) -> int:
 
 #: Hop weight: cost = latency_ps * HOP + hops, so latency dominates and hops break ties.
 HOP = 1 << 20
+
+
+def link_cost(latency: float) -> int:
+    """The routing metric of a link of ``latency`` seconds (an int: whole picoseconds x
+    :data:`HOP`, plus one hop); a path's cost is the sum over its links."""
+    return round(latency * 1e12) * HOP + 1
 
 
 class Router:
@@ -81,11 +93,17 @@ class Router:
                                       f"finite number of seconds")
             if a == b:
                 raise ValidationError(f"edge ({a!r}, {b!r}): self-loop")
-            cost = round(lat * 1e12) * HOP + 1
+            cost = link_cost(lat)
             ia, ib = idx[a], idx[b]
             adj[ia].append((ib, cost))
             adj[ib].append((ia, cost))
         label = self._label
+        self._host = [G.nodes[n].get("host") for n in names]
+        self._hosts = None                          # host -> its node ids (built on demand)
+        self._host_kinds: dict = {}                 # machine description -> its routes
+        self._host_kind: dict = {}                  # host -> (description, positions)
+        self._fabric = None                         # topologies.fabric.FabricRoutes, on demand
+        self._cheapest = None                       # per node its two cheapest link costs
         # Sorted by neighbour id: routes must not depend on the order edges were added.
         self._adj = [sorted(lst, key=lambda t: label[t[0]]) for lst in adj]
         self._parent, core = self._peel(self._adj)
@@ -96,10 +114,14 @@ class Router:
         self._max_paths = int(max_cached_paths)
         self._max_dags = int(max_cached_pairs)
         self._dists: OrderedDict = OrderedDict()    # core node -> its distance to every node
-        self._wanted: dict = {}                     # core node -> pair searches towards it
+        self._work: dict = {}                       # core node -> nodes its pair searches settled
         self._csr = None                            # core links for scipy (False: too long)
+        self._wides: dict = {}                      # (node, core?) -> its links by neighbour
         # Distance maps kept: about 2**24 entries (128 MB) in all.
         self._max_dists = max(16, (1 << 24) // max(1, sum(core)))
+        # Rent or buy: a map (compiled Dijkstra over the core) costs about as much as pair
+        # searches (Python) settling an eighth of the core's nodes.
+        self._dist_after = max(8, sum(core) // 8)
 
     @staticmethod
     def _peel(adj):
@@ -138,7 +160,13 @@ class Router:
             self._paths.move_to_end(key)
             return cached
         i, j = self._node(src), self._node(dst)
-        seq = self._route(i, j, f"{self._label[i]}\0{self._label[j]}\0{flow}\0")
+        seq = self._link(i, j)
+        salt = f"{self._label[i]}\0{self._label[j]}\0{flow}\0"
+        if seq is None and self._host[i] is not None and self._host[j] is not None and i != j:
+            seq = (self._in_host(i, j, salt) if self._host[i] == self._host[j]
+                   else self._via_fabric(i, j, salt))
+        if seq is None:
+            seq = self._route(i, j, salt)
         names = self._names
         result = tuple(names[x] for x in seq)
         self._paths[key] = result
@@ -165,27 +193,156 @@ class Router:
         i, j = self._node(src), self._node(dst)
         if i == j:
             return [(src,)]
-        up_i, up_j = self._chain(i), self._chain(j)
-        if up_i[-1] == up_j[-1]:
-            return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
-        succ = self._dag(up_i[-1], up_j[-1])
+        fab = self._fabric_of(i, j)
+        if fab is not None:                    # a NIC-to-NIC route (topologies.fabric)
+            fr, (la, lb, dest) = fab
+            up_i, up_j = [i], [j]
+            dag, start, end = _FabricDag(fr, dest), la, lb
+            head, tail = [i], [j]
+        else:
+            up_i, up_j = self._chain(i), self._chain(j)
+            if up_i[-1] == up_j[-1]:
+                return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
+            dag, start, end = self._dag(up_i[-1], up_j[-1]), up_i[-1], up_j[-1]
+            head, tail = up_i[:-1], up_j[:-1][::-1]
         out: list[tuple] = []
-        end = up_j[-1]
 
         def walk(u, acc):
             if len(out) >= limit:
                 return
             if u == end:
-                seq = up_i[:-1] + acc + up_j[:-1][::-1]
+                seq = head + acc + tail
                 out.append(tuple(self._names[x] for x in seq))
                 return
-            for v in succ[u]:
+            for v in dag.next(u):
                 walk(v, acc + [v])
 
-        walk(up_i[-1], [up_i[-1]])
+        walk(start, [start])
         return sorted(out, key=lambda p: [str(x) for x in p])
 
     # -- internals --------------------------------------------------------------------------
+    def _link(self, i: int, j: int):
+        """``[i, j]`` when a link joins them and every other route is dearer: any other route
+        leaves ``i`` by another link and enters ``j`` by another (NCCL's balanced ring hops
+        are pinned link by link, 65,536 such legs on 8,192 GPUs); else None."""
+        if i == j:
+            return None
+        adj = self._adj[i]
+        if len(adj) > _WIDE:
+            hit = self._wide(i, self._adj).get(j)
+            c = None if hit is None else hit[1]
+        else:
+            c = next((c for v, c in adj if v == j), None)
+        if c is None:
+            return None
+        cheap = self._cheapest
+        if cheap is None:
+            cheap = self._cheapest = [sorted(c for _, c in lst)[:2] for lst in self._adj]
+
+        def other(k, cost):          # the cheapest of k's links but (one of) this one
+            two = cheap[k]
+            return two[1] if two[0] == cost and len(two) > 1 else (two[0] if two[0] != cost else None)
+
+        oi, oj = other(i, c), other(j, c)
+        if oi is None or oj is None or c < oi + oj:
+            return [i, j]
+        return None
+
+    def _in_host(self, i: int, j: int, salt: str):
+        """The route between two nodes of one machine (``host`` attribute) when the graph's
+        shortest routes between them provably stay inside it (:class:`topologies.hosts.
+        LocalRoutes`); else None. The machine's distances are found once per kind of machine
+        (by position); the only shortest route is mapped by position, equal-cost ones are
+        walked with the same hash of the same names as :meth:`_route` (inside a machine its
+        links are in the same order on every copy: the description lists them so). A
+        cluster's 1,024 copies of one machine then cost one small search per pair of
+        positions instead of a search of the graph per pair of nodes."""
+        h = self._host[i]
+        kind = self._host_kind.get(h)
+        if kind is None:
+            kind = self._host_kind[h] = self._describe_host(h)
+        desc, pos = kind
+        local, paths = self._host_kinds[desc]
+        key = (pos[i], pos[j])
+        hit = paths.get(key, False)
+        if hit is False:
+            hit = paths[key] = (None if not local.exact(*key)
+                                else local.unique_path(*key) or "walk")
+        if hit is None:
+            return None
+        nodes = self._hosts[h]
+        if hit != "walk":
+            return [nodes[k] for k in hit]
+        u, end = key
+        dj, label = local.dist[end], self._label
+        seq = [nodes[u]]
+        while u != end:
+            nxt = [v for v, c in local.adj[u] if dj[v] + c == dj[u]]
+            u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[nodes[u]]) % len(nxt)]
+            seq.append(nodes[u])
+        return seq
+
+    def _fabric_of(self, i: int, j: int):
+        """``(FabricRoutes, (leaf of i, leaf of j, table))`` when every shortest route from
+        machine node ``i`` to a node ``j`` of another machine crosses the fabric between
+        their leaves (:mod:`topologies.fabric`); else None."""
+        if self._host[i] is None or self._host[j] is None or self._host[i] == self._host[j]:
+            return None
+        fr = self._fabric
+        if fr is None:
+            from .fabric import FabricRoutes
+
+            fr = self._fabric = FabricRoutes(self)
+        if not fr.ok:
+            return None
+        got = fr.route(i, j)
+        return None if got is None else (fr, got)
+
+    def _via_fabric(self, i: int, j: int, salt: str):
+        """The route from machine node ``i`` to a node ``j`` of another machine through the
+        fabric's tables, hashed as :meth:`_route` hashes (None: not provably that route)."""
+        fab = self._fabric_of(i, j)
+        if fab is None:
+            return None
+        fr, (la, lb, dest) = fab
+        label = self._label
+        u, seq = la, [i, la]
+        while u != lb:
+            nxt = fr.next_hops(u, dest)
+            u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[u]) % len(nxt)]
+            seq.append(u)
+        seq.append(j)
+        return seq
+
+    def _describe_host(self, h) -> tuple:
+        """(description, node -> position) of machine ``h``: its links by position and cost,
+        and the costs of its links out; its :class:`LocalRoutes` once per description."""
+        if self._hosts is None:
+            self._hosts = {}
+            for k, x in enumerate(self._host):
+                if x is not None:
+                    self._hosts.setdefault(x, []).append(k)
+        nodes = self._hosts[h]
+        pos = {x: k for k, x in enumerate(nodes)}
+        adj, way_out = [], []
+        for x in nodes:
+            inside, out = [], None
+            for v, c in self._adj[x]:
+                k = pos.get(v)
+                if k is None:
+                    out = c if out is None else min(out, c)
+                else:
+                    inside.append((k, c))
+            adj.append(tuple(inside))
+            way_out.append(out)
+        desc = (tuple(adj), tuple(way_out))
+        if desc not in self._host_kinds:
+            from .hosts import LocalRoutes
+
+            self._host_kinds[desc] = (LocalRoutes.of_links(nodes, [list(a) for a in adj],
+                                                           way_out), {})
+        return desc, pos
+
     def _node(self, node) -> int:
         try:
             return self._index[node]
@@ -193,10 +350,25 @@ class Router:
             raise RoutingError(f"node {node!r} is not in the topology") from None
 
     def _edge_cost(self, a: int, b: int) -> int:
-        for v, c in self._adj[a]:
-            if v == b:
-                return c
+        adj = self._adj[a]
+        if len(adj) > _WIDE:                    # a spine: thousands of links
+            c = self._wide(a, self._adj).get(b)
+            if c is not None:
+                return c[1]
+        else:
+            for v, c in adj:
+                if v == b:
+                    return c
         raise RoutingError(f"no link between {self._names[a]!r} and {self._names[b]!r}")
+
+    def _wide(self, u: int, adj) -> dict:
+        """``{neighbour: (its position in adj[u], cost)}`` of a node with many links, kept
+        (``adj`` is ``self._adj`` or ``self._cadj``, each with its own table)."""
+        key = (u, adj is self._cadj)
+        hit = self._wides.get(key)
+        if hit is None:
+            hit = self._wides[key] = {v: (k, c) for k, (v, c) in enumerate(adj[u])}
+        return hit
 
     def _chain(self, i: int) -> list[int]:
         out = [i]
@@ -227,9 +399,9 @@ class Router:
         u, mid = a, [a]
         dist = self._dist_to(b)
         if dist is None:
-            succ = self._dag(a, b)
+            dag = self._dag(a, b, count=True)
             while u != b:
-                nxt = succ[u]
+                nxt = dag.next(u)
                 u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[u]) % len(nxt)]
                 mid.append(u)
         else:
@@ -246,19 +418,20 @@ class Router:
                 mid.append(u)
         return up_i[:-1] + mid + up_j[:-1][::-1]
 
-    _DIST_AFTER = 8   # pair searches towards one node before it gets a distance map
+    #: Nodes settled by pair searches towards one node (a cached search counts 1) before it
+    #: gets a distance map; None: an eighth of the core's nodes (at least 8).
+    _DIST_AFTER = None
 
     def _dist_to(self, b: int):
         """The distance (cost) from every core node to core node ``b`` (-1: unreachable) and
-        a dict of next hops found so far, once ``b`` is the destination of enough routes to
-        pay for it; else None."""
+        a dict of next hops found so far, once the routes towards ``b`` have searched enough
+        to pay for it; else None (the caller's pair search adds its work)."""
         dist = self._dists.get(b)
         if dist is not None:
             self._dists.move_to_end(b)
             return dist
-        wanted = self._wanted.get(b, 0) + 1
-        self._wanted[b] = wanted
-        if wanted < self._DIST_AFTER:
+        after = self._dist_after if self._DIST_AFTER is None else self._DIST_AFTER
+        if self._work.get(b, 0) + 1 < after:
             return None
         dist = (self._distances(b), {})
         self._dists[b] = dist
@@ -271,11 +444,14 @@ class Router:
 
         Dijkstra in compiled code (scipy.sparse.csgraph; costs are symmetric, so distances
         from ``b`` are distances to it) when every cost sum is an integer a float64 holds
-        exactly, else in Python: a 512-GPU cluster needs ~600 maps, 2.4 ms each in Python."""
+        exactly, else in Python: a 512-GPU cluster needs ~600 maps, 2.4 ms each in Python.
+        Every sum Dijkstra forms is at most the longest distance plus the dearest link, so
+        that bound, checked on the result, proves the map exact (a bound on the sum of all
+        costs refused every cluster from 8,192 GPUs)."""
         if self._csr is None:
-            total = sum(c for lst in self._cadj for _, c in lst)
+            self._dearest = max((c for lst in self._cadj for _, c in lst), default=0)
             self._csr = False
-            if total < 1 << 53:
+            if self._dearest < 1 << 52:
                 from scipy.sparse import csr_matrix
 
                 rows = [u for u, lst in enumerate(self._cadj) for _ in lst]
@@ -288,7 +464,9 @@ class Router:
             from scipy.sparse.csgraph import dijkstra
 
             d = dijkstra(self._csr, directed=True, indices=b)
-            return array("q", np.where(np.isfinite(d), d, -1).astype(np.int64).tobytes())
+            reach = np.isfinite(d)
+            if float(d[reach].max()) + self._dearest < 1 << 53:
+                return array("q", np.where(reach, d, -1).astype(np.int64).tobytes())
         cadj = self._cadj
         best = [-1] * len(cadj)
         best[b] = 0
@@ -311,20 +489,26 @@ class Router:
         raise RoutingError(f"no path between {self._names[a]!r} and {self._names[b]!r} "
                            f"(the topology is partitioned)")
 
-    def _dag(self, a: int, b: int) -> dict:
-        """Successor lists of the equal-cost shortest-path DAG from core node a to b."""
+    def _dag(self, a: int, b: int, count: bool = False) -> "_Dag":
+        """The equal-cost shortest-path DAG from core node a to b; ``count``: add the
+        search's work (nodes settled, 1 when cached) to ``b``'s."""
         key = (a, b)
         dag = self._dags.get(key)
         if dag is not None:
             self._dags.move_to_end(key)
+            if count:
+                self._work[b] = self._work.get(b, 0) + 1
             return dag
-        dag = self._search(a, b)
+        dag, work = self._search(a, b)
+        if count:
+            self._work[b] = self._work.get(b, 0) + work
         self._dags[key] = dag
         if len(self._dags) > self._max_dags:
             self._dags.popitem(last=False)
         return dag
 
-    def _search(self, a: int, b: int) -> dict:
+    def _search(self, a: int, b: int) -> tuple:
+        """``(_Dag, nodes settled)`` of the pair search from a to b."""
         cadj = self._cadj
         inf = math.inf
         settled = ({}, {})
@@ -382,17 +566,53 @@ class Router:
             want = D - F[x]
             if any(rem.get(v) == want - c for v, c in cadj[x]):
                 rem[x] = want
-        succ: dict[int, tuple] = {}
-        stack = [a]
-        while stack:
-            u = stack.pop()
-            if u in succ or u == b:
-                continue
+        return _Dag(self, rem), len(F) + len(B)
+
+
+#: Nodes with more links than this (and than the search's balls have nodes) find their
+#: next hops from the balls rather than by scanning every link (a spine of a 65,536-GPU
+#: fabric has 2,048).
+_WIDE = 16
+
+
+class _FabricDag:
+    """A destination leaf's fabric table walked as a :class:`_Dag`."""
+
+    __slots__ = ("fr", "dest")
+
+    def __init__(self, fr, dest):
+        self.fr, self.dest = fr, dest
+
+    def next(self, u: int) -> tuple:
+        return self.fr.next_hops(u, self.dest)
+
+
+class _Dag:
+    """The equal-cost DAG of one pair search: ``rem[x]``, the cost from x to the destination
+    along a shortest route, for the nodes of the two balls; each node's next hops (its
+    neighbours that continue a shortest route, in the order of its links) are found when a
+    route first walks through it. Walking one route through a spine then costs the balls'
+    few nodes, not the spine's thousands of links, and a DAG whose routes all take one spine
+    never looks at the others."""
+
+    __slots__ = ("router", "rem", "succ")
+
+    def __init__(self, router: Router, rem: dict):
+        self.router, self.rem, self.succ = router, rem, {}
+
+    def next(self, u: int) -> tuple:
+        nxt = self.succ.get(u)
+        if nxt is None:
+            rem, cadj = self.rem, self.router._cadj
             r = rem[u]
-            nxt = tuple(v for v, c in cadj[u] if rem.get(v) == r - c)
-            succ[u] = nxt
-            stack.extend(nxt)
-        return succ
+            if len(cadj[u]) > _WIDE and len(cadj[u]) > len(rem):
+                links = self.router._wide(u, cadj)
+                found = [links[v] + (v,) for v in rem if v in links]
+                nxt = tuple(v for _, c, v in sorted(found) if rem[v] == r - c)
+            else:
+                nxt = tuple(v for v, c in cadj[u] if rem.get(v) == r - c)
+            self.succ[u] = nxt
+        return nxt
 
 
 #: graph -> (fingerprint, Router): the consumers of one graph share its routes.

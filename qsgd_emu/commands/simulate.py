@@ -35,6 +35,14 @@ import json
 
 import topologies
 
+#: --method choices.
+METHODS = ("auto", "engine", "closed-form")
+#: With --method auto and no --time-limit: the engine when it should take under this (s).
+AUTO_ENGINE_S = 20.0
+#: Without --time-limit: refuse what would take longer than this (s); a typo of two zeros in
+#: a cluster's size is refused at once rather than left running.
+DEFAULT_LIMIT_S = 600.0
+
 #: option -> (number of comma-separated fields, their names, help); parsers in _FAULT_PARSERS
 _FAULT_FORMS = {
     "--degrade": (3, "U,V,FACTOR", "link U-V runs at FACTOR (0 < FACTOR <= 1) of its bandwidth; "
@@ -83,6 +91,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="approximate mode for big sweeps: a flow may finish TOL of its "
                            "duration early to share an event (default 1e-3)")
     parser.set_defaults(approx=None)
+    parser.add_argument("--method", default="auto", choices=METHODS,
+                        help="engine: simulate every transfer; closed-form: NCCL's cost model "
+                             "with link loads, calibrated by the engine on a smaller cluster "
+                             "of the same machines (NCCL algorithms); auto: the engine when it "
+                             "should take under --time-limit (without one, "
+                             f"{AUTO_ENGINE_S:g} s), else the closed form, named in the output")
+    parser.add_argument("--time-limit", default=None, metavar="TIME",
+                        help="refuse up front what would take longer (e.g. 30s, 2min; without "
+                             f"one, {DEFAULT_LIMIT_S / 60:g} min), saying how to ask a smaller "
+                             "question; given, it is also --method auto's budget for the engine")
     parser.add_argument("--json", action="store_true", help="print JSON (SI units)")
 
 
@@ -290,6 +308,7 @@ def format_result(result, topology: str, faults: list, top: int, choice: dict | 
     ]
     if choice:
         rows.insert(2, ("chosen", describe_choice(choice)))
+    rows.insert(2 + bool(choice), ("method", "engine: every transfer simulated"))
     if faults:
         rows.insert(2, ("faults", "; ".join(_describe(f) for f in faults)))
     width = max(len(k) for k, _ in rows)
@@ -337,6 +356,62 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and not nccl_alg:
             raise ValueError(f"{option} {value!r} applies to NCCL algorithms only (nccl, "
                              f"nccl_ring, ...), not --algorithm {args.algorithm}")
+    given = args.time_limit is not None
+    limit = _limit_option(args.time_limit) if given else DEFAULT_LIMIT_S
+    from qsgd_emu.progress import Watch
+
+    with Watch("simulate") as watch:
+        return _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels)
+
+
+def _limit_option(text: str) -> float:
+    try:
+        value = topologies.parse_time(text)
+    except ValueError as exc:
+        raise ValueError(f"--time-limit {text!r}: {exc}") from None
+    if not value > 0:
+        raise ValueError(f"--time-limit {text!r} must be a positive time (e.g. 30s, 2min)")
+    return value
+
+
+def _spec_gpus(spec: str) -> int | None:
+    """GPUs a ``cluster:`` spec will have, known before building it (None otherwise)."""
+    try:
+        family, kw = topologies.parse_spec(spec)
+    except (ValueError, TypeError):
+        return None
+    if family != "cluster" or not isinstance(kw.get("node", "dgx_a100"), str):
+        return None
+    preset = topologies.PRESETS.get(kw.get("node", "dgx_a100"))
+    if preset is None:
+        return None
+    return int(kw.get("nodes", 2)) * len(topologies.gpus(preset()))
+
+
+def _refuse(what: str, seconds: float, limit: float, how: str) -> ValueError:
+    from qsgd_emu.progress import duration
+
+    return ValueError(f"simulate would take about {duration(seconds)} ({what}), more than "
+                      f"--time-limit {duration(limit)}. Make it smaller: {how}, or a larger "
+                      f"--time-limit.")
+
+
+def _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels) -> int:
+    from emulator import fastpath
+    from qsgd_emu.progress import duration
+
+    guess = _spec_gpus(args.topology)
+    if guess is not None:
+        if fastpath.analysis_seconds(guess) > limit:
+            family, kw = topologies.parse_spec(args.topology)
+            per = guess // int(kw.get("nodes", 2))
+            fits = int((limit - fastpath.SECONDS_FIXED) / fastpath.SECONDS_PER_GPU) // per
+            raise _refuse(f"{guess:,} GPUs to build and analyse before anything is timed",
+                          fastpath.analysis_seconds(guess), limit,
+                          f"fewer machines in the cluster spec (this limit fits about "
+                          f"{max(fits, 1):,} of these {per}-GPU machines)")
+        watch.stage(f"building {args.topology} ({guess:,} GPUs)", 0.25 * fastpath.SECONDS_FIXED,
+                    fastpath.analysis_seconds(guess) - 0.25 * fastpath.SECONDS_FIXED)
     G = topologies.from_spec(args.topology)
     if buffsize is not None:
         from emulator.collectives.nccl.pipeline import Buffers
@@ -352,48 +427,133 @@ def run(args: argparse.Namespace) -> int:
     faults = parse_faults(args, G, nranks)
     mode = _mode_option(args)
     name = G.graph.get("name", args.topology)
+    if args.method == "closed-form" and (not nccl_alg or args.algorithm not in
+                                          fastpath._names()):
+        raise ValueError(f"--method closed-form covers NCCL's algorithms (nccl, nccl_ring, ...), "
+                         f"not --algorithm {args.algorithm}")
+    if args.method == "closed-form" and faults:
+        raise ValueError("--method closed-form does not model faults: use --method engine")
 
-    if sweep:
-        lo, hi = _size_option("--min-bytes", args.min_bytes), _size_option("--max-bytes",
-                                                                           args.max_bytes)
-        if hi < lo:
-            raise ValueError(f"--max-bytes {args.max_bytes!r} is smaller than --min-bytes "
-                             f"{args.min_bytes!r}")
-        from emulator.sweep import dtype_info
-
-        try:
-            dtype_info(args.dtype)
-        except ValueError as exc:
-            raise ValueError(f"--dtype: {exc}") from None
-        rows = emulator.size_sweep(G, args.op, args.algorithm, min_bytes=lo, max_bytes=hi,
-                                   factor=_factor_option(args.factor), ranks=nranks,
-                                   chunks=chunks, dtype=args.dtype, faults=faults,
-                                   protocol=args.protocol, channels=channels, **mode)
-        if args.json:
-            print(json.dumps(rows, indent=1))
-        else:
-            fault_text = f"; faults: {'; '.join(_describe(f) for f in faults)}" if faults else ""
-            chosen = describe_sweep_choices(rows)
-            chosen = f"; NCCL chose {chosen}" if chosen else ""
-            print(format_sweep(rows, f"qsgd-emu simulate (predicted): {args.op} by "
-                                     f"{args.algorithm} on {name}, {nranks} ranks, {chunks} "
-                                     f"chunk(s){fault_text}{chosen}"))
-        return 0
+    if args.min_bytes is not None or args.max_bytes is not None:
+        return _sweep(args, emulator, watch, limit, G, nranks, faults, mode, chunks, channels,
+                      name)
 
     nbytes = _size_option("--bytes", args.bytes)
+    can_fast = nccl_alg and args.algorithm in fastpath._names() and not faults \
+        and args.ranks is None
+    engine_s = None
+    choice = None
+    if nccl_alg and args.algorithm in fastpath._names():
+        watch.stage(f"analysing {nranks:,} GPUs as NCCL does and choosing",
+                    fastpath.analysis_seconds(nranks) - fastpath.SECONDS_FIXED)
+        system = emulator.NcclSystem.of(G, range(nranks))
+        choice = emulator.nccl_plan(G, args.op, nbytes, range(nranks),
+                                    algo=fastpath._names()[args.algorithm], proto=args.protocol,
+                                    channels=channels, system=system).to_dict()
+        n_tr = fastpath.transfers(system, args.op, choice, nbytes)
+        engine_s = fastpath.engine_seconds(choice["algorithm"], n_tr)
+        what = (f"NCCL {choice['algorithm']}/{choice['protocol']} on {nranks:,} GPUs: "
+                f"{n_tr:,} transfers to simulate")
+    budget = limit if given else AUTO_ENGINE_S
+    method = args.method
+    if method == "auto":
+        method = "engine" if (engine_s is None or engine_s <= budget or not can_fast) \
+            else "closed-form"
+    if method == "engine" and engine_s is not None and engine_s > limit:
+        how = ("--method closed-form (NCCL's cost model, calibrated: within "
+               f"{max(fastpath.CALIBRATED_BOUND.values()):.0%} of the engine where both ran), "
+               if can_fast else "") + "fewer machines, --ranks or a smaller --bytes"
+        raise _refuse(what, engine_s, limit, how)
+
+    if method == "closed-form":
+        small, machines = fastpath.calibration_cluster(args.topology, system, choice, n_tr)
+        watch.stage("the closed form" + (f", calibrated on {machines} machines by the engine"
+                                         if small is not None else ""),
+                    fastpath.CALIBRATION_S)
+        if small is not None:
+            fast = fastpath.calibrated_collective(G, args.op, args.algorithm, nbytes, small,
+                                                  protocol=args.protocol, channels=channels)
+        else:
+            fast = fastpath.closed_form_collective(G, args.op, args.algorithm, nbytes,
+                                                   protocol=args.protocol, channels=channels)
+        if args.json:
+            out = fast.to_dict()
+            out.update(topology=name, time_us=fast.time_s * 1e6)
+            print(json.dumps(out, indent=1))
+        else:
+            print(format_fast(fast, name, engine_s))
+        return 0
+
+    watch.stage("building the schedule", None if engine_s is None else 0.4 * engine_s,
+                0.0 if engine_s is None else 0.6 * engine_s)
     sched = emulator.build_schedule(args.op, args.algorithm, nranks, nbytes, chunks=chunks,
                                     graph=G, protocol=args.protocol, channels=channels)
-    result = emulator.simulate(G, sched, faults=faults, **mode)
+    est = engine_s if engine_s is not None else fastpath.engine_seconds(None, len(sched))
+    watch.stage(f"simulating {len(sched):,} transfers", 0.6 * est)
+    result = emulator.simulate(G, sched, faults=faults,
+                               progress=lambda done, total: watch.fraction(done / total),
+                               **mode)
     choice = sched.detail.get("nccl")
     if args.json:
         out = result.to_dict()
         out.update(topology=name, chunks=chunks, time_us=result.time_s * 1e6,
                    peak_utilization=result.peak_utilization,
                    busiest_links=busiest_links(result, top),
-                   faults=[_describe(f) for f in faults])
+                   faults=[_describe(f) for f in faults], method="engine")
         if choice:
             out["nccl"] = choice
         print(json.dumps(out, indent=1))
     else:
         print(format_result(result, name, faults, top, choice))
     return 0
+
+
+def _sweep(args, emulator, watch, limit, G, nranks, faults, mode, chunks, channels, name):
+    lo, hi = _size_option("--min-bytes", args.min_bytes), _size_option("--max-bytes",
+                                                                       args.max_bytes)
+    if hi < lo:
+        raise ValueError(f"--max-bytes {args.max_bytes!r} is smaller than --min-bytes "
+                         f"{args.min_bytes!r}")
+    from emulator.sweep import dtype_info
+
+    try:
+        dtype_info(args.dtype)
+    except ValueError as exc:
+        raise ValueError(f"--dtype: {exc}") from None
+    factor = _factor_option(args.factor)
+    watch.stage(f"a sweep of {len(emulator.sweep_sizes(lo, hi, factor))} sizes on "
+                f"{nranks:,} GPUs")
+    rows = emulator.size_sweep(G, args.op, args.algorithm, min_bytes=lo, max_bytes=hi,
+                               factor=factor, ranks=nranks,
+                               chunks=chunks, dtype=args.dtype, faults=faults,
+                               protocol=args.protocol, channels=channels, **mode)
+    if args.json:
+        print(json.dumps(rows, indent=1))
+    else:
+        fault_text = f"; faults: {'; '.join(_describe(f) for f in faults)}" if faults else ""
+        chosen = describe_sweep_choices(rows)
+        chosen = f"; NCCL chose {chosen}" if chosen else ""
+        print(format_sweep(rows, f"qsgd-emu simulate (predicted): {args.op} by "
+                                 f"{args.algorithm} on {name}, {nranks} ranks, {chunks} "
+                                 f"chunk(s){fault_text}{chosen}"))
+    return 0
+
+
+def format_fast(fast, topology: str, engine_s) -> str:
+    """A :class:`emulator.fastpath.FastResult` as :func:`format_result` prints a simulation,
+    with the method and its measured error."""
+    from qsgd_emu.progress import duration
+
+    rows = [
+        ("topology", topology),
+        ("collective", f"{fast.op} by {fast.algorithm}, {fast.ranks} ranks, {fast.nbytes:,} B"),
+        ("chosen", describe_choice(fast.nccl)),
+        ("method", f"{fast.method}: within {fast.error:.0%} of the engine where both ran"
+                   + (f" (the engine would take about {duration(engine_s)})"
+                      if engine_s else "")),
+        ("time", f"{fast.time_s * 1e6:,.2f} us"),
+        ("algbw", f"{fast.algbw / 1e9:,.2f} GB/s"),
+        ("busbw", f"{fast.busbw / 1e9:,.2f} GB/s (algbw x {fast.busbw / fast.algbw:.4g})"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)

@@ -336,6 +336,9 @@ def nvls_tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int
                 rs.update(_exchange(b, system, grp, pair, intra if i == 0 else 0.0, "nvls_rs",
                                     conn=prev_rs))
         prev_rs = rs
+        into: dict = {}                 # rank -> its reduce-scatter arrivals, in rs's order
+        for (x, y), v in rs.items():
+            into.setdefault(y, []).append(v)
         done = {}
         for j in range(g):
             rail = [grp[j] for grp in nodes]
@@ -343,7 +346,7 @@ def nvls_tree_allreduce(b: Builder, system: NcclSystem, rings: list, nbytes: int
             for t, half in enumerate(split(shard, 2)):
                 tree = channel_trees(system, rail_ring(system, rings, j, t))[t]
                 sub = _rail_tree(system, tree, rail, nodes)
-                arrived = _tree_once(b, sub, int(half), hops, rs, nodes, j, prev_tree, (i, j, t))
+                arrived = _tree_once(b, sub, int(half), hops, into, nodes, j, prev_tree, (i, j, t))
                 for r, ids in arrived.items():
                     done.setdefault(r, []).extend(ids)
         ag = {}
@@ -387,10 +390,11 @@ def _rail_tree(system, tree, rail, nodes):
     return type(tree)(root, parent, children, stops, tree.flow)
 
 
-def _tree_once(b, tree, nbytes, hops, rs, nodes, j, prev, key):
-    """One chunk up and down a rail tree; returns {rank: arrival ids it waits for}."""
+def _tree_once(b, tree, nbytes, hops, into, nodes, j, prev, key):
+    """One chunk up and down a rail tree; ``into[rank]`` the reduce-scatter transfers into
+    each rank; returns {rank: arrival ids it waits for}."""
     order = _top_down(tree)
-    incoming = {r: [v for (x, y), v in rs.items() if y == r] for r in order}
+    incoming = {r: into.get(r, []) for r in order}
     up = {}
     for x in reversed(order):
         par = tree.parent[x]

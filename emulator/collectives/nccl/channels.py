@@ -171,7 +171,7 @@ def _entry_exit(system: NcclSystem, nic: str, c: int) -> tuple:
     """(entry GPU, exit GPU) of channel ``c`` on the node of ``nic``: the GPUs nearest the NIC,
     alternating which one enters so that each GPU's PCIe link carries one way of one channel."""
     near = system.near[nic]
-    lat = system.router.latency
+    lat = system.latency
     best = [r for r in near if lat(nic, system.gpu(r)) <= lat(nic, system.gpu(near[0])) * (1 + 1e-9)]
     if len(near) == 1:
         return near[0], near[0]
@@ -400,10 +400,9 @@ def channel_trees(system: NcclSystem, ring: Ring) -> tuple:
 
 
 def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:
-    per_node: list = []
-    for h, grp in enumerate(system.nodes):
-        members = set(grp)
-        per_node.append([r for r in ring.order if r in members])
+    per_node: list = [[] for _ in system.nodes]
+    for r in ring.order:                    # one pass: a pass per node was quadratic
+        per_node[system.node_of(r)].append(r)
     H = len(per_node)
     out = []
     for parent_h, children_h in textbook_tree.double_btree(H) if H > 1 else [([-1], [[]])] * 2:

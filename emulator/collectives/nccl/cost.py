@@ -79,9 +79,18 @@ def _facts(system: NcclSystem, stops: tuple, flow: int, algo: str, proto: str, e
 
 
 def shared_rates(system: NcclSystem, hops: list) -> list:
-    """Bytes/s of each of ``hops`` when all run at once (bottleneck bandwidth / flows on it)."""
-    count = Counter(c for h in hops for c in h.channels)
-    return [min(bw / count[c] for c, bw in zip(h.channels, h.bandwidths)) for h in hops]
+    """Bytes/s of each of ``hops`` when all run at once (bottleneck bandwidth / flows on it).
+
+    Counted over the channels' numbers in arrays (the same divisions and minima as one
+    hop at a time: 260,000 tree hops on 8,192 GPUs took seconds in a Counter)."""
+    if not hops or any(len(h.ids) != len(h.channels) for h in hops):
+        count = Counter(c for h in hops for c in h.channels)
+        return [min(bw / count[c] for c, bw in zip(h.channels, h.bandwidths)) for h in hops]
+    lens = np.fromiter((len(h.ids) for h in hops), dtype=np.int64, count=len(hops))
+    ids = np.fromiter((c for h in hops for c in h.ids), dtype=np.int64, count=int(lens.sum()))
+    bws = np.fromiter((b for h in hops for b in h.bandwidths), dtype=float, count=len(ids))
+    share = bws / np.bincount(ids)[ids]
+    return np.minimum.reduceat(share, np.concatenate(([0], np.cumsum(lens)[:-1]))).tolist()
 
 
 def _ring_hops(system: NcclSystem, rings: list) -> list:

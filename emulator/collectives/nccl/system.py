@@ -25,6 +25,7 @@ import networkx as nx
 
 from ...errors import ConfigError
 from . import constants as C
+from .hosts import host_facts
 
 #: Link classes inside one machine; every other class is a network link.
 INTRA_CLASSES = frozenset({"nvlink", "nvswitch", "pcie", "qpi", "upi", "xgmi", "socket", "c2c"})
@@ -89,6 +90,12 @@ class NcclSystem:
     _router: object = field(default=None, repr=False)
     _gpu: list = field(default_factory=list, repr=False)
     _node_of: dict = field(default_factory=dict, repr=False)
+    _lat: dict = field(default_factory=dict, repr=False, compare=False)
+    #: node -> (its machine's description, the machine's nodes, its position among them)
+    _place: dict = field(default_factory=dict, repr=False, compare=False)
+    _templates: dict = field(default_factory=dict, repr=False, compare=False)
+    _channel_ids: dict = field(default_factory=dict, repr=False, compare=False)
+    _flowless: dict = field(default_factory=dict, repr=False, compare=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
     _legs: dict = field(default_factory=dict, repr=False, compare=False)
     #: derived facts the builders and the cost model reuse across collectives (keyed by kind)
@@ -141,38 +148,41 @@ class NcclSystem:
         sms = [G.nodes[gpus[r]].get("sm") for r in ranks]
         sm = None if any(s is None for s in sms) else int(min(sms))
         router = topologies.router_of(G)
-        intra_hw = "nvlink"
-        nvswitch = True
-        for grp in groups:
-            nodes = {gpus[r] for r in grp}
-            if len(grp) < 2:
-                continue
-            if not all(_over(G, router, gpus[a], gpus[b], NVLINK_CLASSES)
-                       for a in grp for b in grp if a < b):
-                intra_hw = "pci"
-            if not any(d.get("kind") == "switch" and d.get("fabric") == "nvswitch"
-                       and nodes <= set(G.neighbors(n)) for n, d in G.nodes(data=True)):
-                nvswitch = False
-        if all(len(g) < 2 for g in groups):
-            nvswitch = False
-            intra_hw = "pci" if sm is None else "nvlink"
-        nics, near = [], {}
+        nics, near, lat = [], {}, {}
         node_of = {}
         nic_memo: dict = {}
         for i, grp in enumerate(groups):
             for r in grp:
                 node_of[r] = i
-            mine = _nics_of(G, gpus, grp, machines, nic_memo)
-            nics.append(tuple(mine))
-            for n in mine:
-                near[n] = tuple(sorted(grp, key=lambda r: (router.latency(n, gpus[r]), r)))
+            nics.append(tuple(_nics_of(G, gpus, grp, machines, nic_memo)))
+        # Per machine, from its own subgraph, once per kind of machine (.hosts).
+        facts = host_facts(G, gpus, groups, nics, router, machines, NVLINK_CLASSES,
+                           _link_class)
+        intra_hw = "nvlink"
+        nvswitch = True
+        place = {}
+        for grp, fact in zip(groups, facts):
+            near.update(fact.near)
+            lat.update(fact.latency)
+            if fact.kind is not None:
+                for k, n in enumerate(fact.nodes):
+                    place[n] = (fact.kind, fact.nodes, k)
+            if len(grp) < 2:
+                continue
+            if not fact.nvlink:
+                intra_hw = "pci"
+            if not _nvswitch_joins(G, [gpus[r] for r in grp]):
+                nvswitch = False
+        if all(len(g) < 2 for g in groups):
+            nvswitch = False
+            intra_hw = "pci" if sm is None else "nvlink"
         cards = [G.nodes[n] for n in near]
         kinds = {str(d.get("protocol", "ib")) for d in cards}
         return cls(G=G, ranks=ranks, nodes=tuple(tuple(g) for g in groups), sm=sm,
                    intra_hw=intra_hw, nvswitch=nvswitch, nics=tuple(nics), near=near,
                    net_protocol=kinds.pop() if len(kinds) == 1 else None,
                    ll_over_net=all(d.get("in_order_128", True) for d in cards),
-                   _router=router, _gpu=gpus, _node_of=node_of)
+                   _router=router, _gpu=gpus, _node_of=node_of, _lat=lat, _place=place)
 
     # -- facts ------------------------------------------------------------------------------
     @property
@@ -212,6 +222,12 @@ class NcclSystem:
         if hit is None:
             hit = self.memo[key] = Buffers() if size is None else Buffers(simple=size)
         return hit
+
+    def latency(self, a, b) -> float:
+        """Path latency (s) from node ``a`` to node ``b``: a NIC's to its machine's GPUs from
+        the per-machine analysis, anything else from the router."""
+        hit = self._lat.get((a, b))
+        return self._router.latency(a, b) if hit is None else hit
 
     def ll128_enabled(self) -> bool:
         """tuning.cc: LL128 only over NVLink inside nodes, on Volta or newer GPUs of one kind."""
@@ -393,16 +409,60 @@ class NcclSystem:
 
     def hop(self, stops: tuple, flow: int = 0) -> "Hop":
         """Path facts of a hop through node ids ``stops`` (src, via..., dst)."""
-        key = (tuple(stops), flow)
+        key = (stops if type(stops) is tuple else tuple(stops), flow)
         hit = self._hops.get(key)
         if hit is None:
-            hit = self._hops[key] = self._hop(key[0], flow)
+            hit = self._flowless.get(key[0])         # inside a machine: any flow's
+            if hit is None:
+                hit = self._machine_hop(key[0])
+                if hit is not None:
+                    self._flowless[key[0]] = hit
+                else:
+                    hit = self._hop(key[0], flow)
+            self._hops[key] = hit
         return hit
 
+    def _machine_hop(self, stops: tuple):
+        """The :class:`Hop` of two GPUs (or a GPU and a NIC) of one machine from its kind's
+        template (:meth:`_in_machine`), made once per kind and position pair: NCCL's trees
+        have 7 such hops per machine and channel, 260,000 on 8,192 GPUs. None otherwise."""
+        if len(stops) != 2:
+            return None
+        pa, pb = self._place.get(stops[0]), self._place.get(stops[1])
+        if pa is None or pb is None or pa[1] is not pb[1]:
+            return None
+        table = self._templates.get(("hop", pa[0]))
+        if table is None:
+            table = self._templates[("hop", pa[0])] = {}
+        key = (pa[2], pb[2])
+        tmpl = table.get(key, False)
+        if tmpl is False:
+            leg = self._in_machine(*stops)
+            tmpl = table[key] = None if leg is None else (
+                self._templates[pa[0]][1][key][0],
+                self._hop_of([leg]))
+        if tmpl is None:
+            return None
+        nodes = pa[1]
+        h = tmpl[1]
+        chans = tuple((nodes[u], nodes[v]) for u, v in tmpl[0])
+        return Hop(chans, h.latency, h.raw, h.usable, h.net, h.bandwidths, self._ids(chans))
+
     def _hop(self, stops: tuple, flow: int) -> "Hop":
+        h = self._hop_of([self.leg(a, b, flow) for a, b in zip(stops, stops[1:])])
+        return Hop(h.channels, h.latency, h.raw, h.usable, h.net, h.bandwidths,
+                   self._ids(h.channels))
+
+    def _ids(self, chans: tuple) -> tuple:
+        """Numbers of directed channels ``(u, v)``, given in order of first use: the cost
+        model counts a link's hops by number (:func:`.cost.shared_rates`)."""
+        ids = self._channel_ids
+        return tuple([ids.setdefault(c, len(ids)) for c in chans])
+
+    @staticmethod
+    def _hop_of(legs) -> "Hop":
         chans, lat, bandwidths, usable, net = [], 0.0, [], [], False
-        for a, b in zip(stops, stops[1:]):
-            c, leg_lat, bws, use, leg_net = self.leg(a, b, flow)
+        for c, leg_lat, bws, use, leg_net in legs:
             chans.extend(c)
             lat += leg_lat
             bandwidths.extend(bws)
@@ -417,14 +477,43 @@ class NcclSystem:
         key = (a, b, flow)
         hit = self._legs.get(key)
         if hit is None:
-            c = tuple(self._router.channels(a, b, flow))
-            data = [self.G.edges[u, v] for u, v in c]
-            bws = tuple(d["bandwidth"] for d in data)
-            hit = self._legs[key] = (
-                c, sum(d["latency"] for d in data), bws,
+            hit = self._legs[key] = self._in_machine(a, b) or self._leg(
+                tuple(self._router.channels(a, b, flow)))
+        return hit
+
+    def _leg(self, c: tuple) -> tuple:
+        data = [self.G.edges[u, v] for u, v in c]
+        bws = tuple(d["bandwidth"] for d in data)
+        return (c, sum(d["latency"] for d in data), bws,
                 tuple(bw * self.usable_fraction(d) for bw, d in zip(bws, data)),
                 any(_link_class(d) not in INTRA_CLASSES for d in data))
-        return hit
+
+    def _in_machine(self, a, b):
+        """:meth:`leg` of two nodes of one machine from its kind's template, found once per
+        kind of machine and position pair, when the machine's only shortest route joins them
+        (:meth:`topologies.LocalRoutes.unique_path`: the router then takes it whatever the
+        flow); else None. A leg crosses the same links of every copy, position for position."""
+        pa, pb = self._place.get(a), self._place.get(b)
+        if pa is None or pb is None or pa[1] is not pb[1] or a == b:
+            return None
+        kind, nodes = pa[0], pa[1]
+        table = self._templates.get(kind)
+        if table is None:
+            table = self._templates[kind] = (topologies_local_routes(self.G, nodes), {})
+        key = (pa[2], pb[2])
+        tmpl = table[1].get(key, False)
+        if tmpl is False:
+            seq = table[0].unique_path(*key)
+            if seq is None:
+                tmpl = None
+            else:
+                c, lat, bws, use, net = self._leg(tuple((nodes[u], nodes[v])
+                                                        for u, v in zip(seq, seq[1:])))
+                tmpl = (tuple(zip(seq, seq[1:])), lat, bws, use, net)
+            table[1][key] = tmpl
+        if tmpl is None:
+            return None
+        return (tuple((nodes[u], nodes[v]) for u, v in tmpl[0]),) + tmpl[1:]
 
 
 @dataclass(frozen=True)
@@ -438,6 +527,7 @@ class Hop:
     usable: float
     net: bool
     bandwidths: tuple = ()    # of each of ``channels``, bytes/s
+    ids: tuple = ()           # each channel's number in its system (NcclSystem.channel_id)
 
     @property
     def inflation(self) -> float:
@@ -446,8 +536,16 @@ class Hop:
         return self.raw / self.usable
 
 
-def _over(G, router, a, b, classes) -> bool:
-    return all(_link_class(G.edges[u, v]) in classes for u, v in router.channels(a, b))
+def topologies_local_routes(G, nodes):
+    import topologies
+
+    return topologies.LocalRoutes(G, nodes)
+
+
+def _nvswitch_joins(G, nodes) -> bool:
+    """An NVSwitch is a neighbour of every one of ``nodes`` (it is one of the first's)."""
+    return any(G.nodes[n].get("kind") == "switch" and G.nodes[n].get("fabric") == "nvswitch"
+               and all(G.has_edge(n, g) for g in nodes[1:]) for n in G.neighbors(nodes[0]))
 
 
 def _machines(G) -> dict:

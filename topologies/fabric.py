@@ -1,0 +1,232 @@
+"""Routes between machines through the fabric, from the fabric's own structure.
+
+NCCL's network hops go from a NIC of one machine to a NIC of another. A search of the whole
+graph per pair settles each machine's interior, its leaf's other NICs and every spine; a
+65,536-GPU cluster asks it for 200,000 pairs. But a cluster is machines (nodes with a ``host``
+attribute) hung on a fabric (the nodes without one), and a fabric is small and regular: 2,080
+switches for 65,536 GPUs. So the router answers a NIC-to-NIC route from two tables per
+destination leaf, over the fabric's switches only:
+
+- ``DF``: the distance from every switch to the leaf over switch-to-switch links;
+- ``DV``: the same over those links and *transits*: a virtual link between two switches for
+  every way through a machine (in at one NIC, through the machine's own links, out at
+  another), at the machine's inside distance; costs doubled and a transit's less one, so that
+  ``DV == 2 DF`` proves that no route through a machine is as short as the fabric's.
+
+Every route of the graph between two switches is a fabric route with transits (each visit to a
+machine is one), so ``DV / 2`` is a lower bound of the graph's distance and ``DF`` an upper
+one. A route from NIC ``a`` (machine A) to NIC ``b`` (machine B) is ``a``, its leaf, the
+fabric's equal-cost routes to ``b``'s leaf, ``b``, when that is strictly shorter than any
+other way out of A and into B (every pair of A's and B's NIC links, inside distances from
+the machines' own analysis, :class:`topologies.hosts.LocalRoutes`) and no transit ties the
+fabric between the two leaves. Then the graph's equal-cost routes are exactly those, their
+next hops at every switch are its fabric neighbours one ``DF`` step closer, in the order of
+its links, and the router's hash picks among them as it would after a search. Pairs that
+fail the proof (a PXN-like shortcut through a machine, an irregular fabric) are searched.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+__all__ = ["FabricRoutes"]
+
+
+class FabricRoutes:
+    """The fabric of a router's graph and its per-destination-leaf tables.
+
+    Parameters
+    ----------
+    router : topologies.Router
+        Its adjacency (costs, links in name order), ``host`` attributes and per-kind machine
+        analysis.
+
+    Attributes
+    ----------
+    ok : bool
+        The graph is machines on a fabric: some ``host`` nodes, every link that leaves a
+        machine ends at a fabric node, and the fabric's costs fit a float64 exactly.
+    """
+
+    def __init__(self, router):
+        self.router = router
+        host = router._host
+        adj = router._adj
+        n = len(adj)
+        fab = [k for k in range(n) if host[k] is None]
+        self.ok = bool(fab) and len(fab) < n
+        self.index = {x: i for i, x in enumerate(fab)}        # node -> fabric index
+        self.nodes = fab
+        self.exits: dict = {}          # host node -> ((fabric node, link cost), ...)
+        if not self.ok:
+            return
+        index = self.index
+        for k in range(n):
+            if host[k] is None:
+                continue
+            out = []
+            for v, c in adj[k]:
+                if host[v] is None:
+                    out.append((v, c))
+                elif host[v] != host[k]:
+                    self.ok = False             # machines joined directly: not a fabric
+                    return
+            if out:
+                self.exits[k] = tuple(out)
+        rows, cols, cost = [], [], []
+        for x in fab:
+            for v, c in adj[x]:
+                if host[v] is None:
+                    rows.append(index[x])
+                    cols.append(index[v])
+                    cost.append(c)
+        self._fabric = (rows, cols, cost)
+        transits: dict = {}
+        seen = set()
+        for h, members in self._machines().items():
+            ex = [x for x in members if x in self.exits]
+            desc, pos = self._kind(h)
+            # copies of one machine on the same switches offer the same transits
+            key = (desc, tuple((pos[x], self.exits[x]) for x in ex))
+            if key in seen:
+                continue
+            seen.add(key)
+            dist = router._host_kinds[desc][0].dist
+            for x in ex:
+                for y in ex:
+                    d = dist[pos[x]][pos[y]]
+                    if x == y or d == math.inf:
+                        continue
+                    inside = int(d)
+                    for lx, cx in self.exits[x]:
+                        for ly, cy in self.exits[y]:
+                            if lx != ly:
+                                k2 = (index[lx], index[ly])
+                                c = cx + inside + cy
+                                if c < transits.get(k2, math.inf):
+                                    transits[k2] = c
+        self._transits = transits
+        # Every sum the doubled tables form is at most their longest distance plus their
+        # dearest link: checked on the tables (_tables), so a link must leave room.
+        self._dearest = 2.0 * max(max(cost, default=0), max(transits.values(), default=0))
+        if self._dearest >= 1 << 51:
+            self.ok = False
+            return
+        self._adj = [tuple((v, c) for v, c in adj[x] if host[v] is None) for x in fab]
+        self._nbr: dict = {}           # fabric index -> (neighbour indices, costs) arrays
+        self._succ: dict = {}          # (switch, destination) -> next hops
+        self._way: dict = {}           # machine node -> its ways out (see _ways)
+        self._proved: dict = {}        # (node, node) -> route() of the pair
+        self._DF = self._DV = None
+
+    def _machines(self) -> dict:
+        r = self.router
+        if r._hosts is None:
+            r._describe_host(next(h for h in r._host if h is not None))
+        return r._hosts
+
+    def _kind(self, h) -> tuple:
+        """(description, node -> position) of machine ``h`` (the router's, made on demand)."""
+        r = self.router
+        kind = r._host_kind.get(h)
+        if kind is None:
+            kind = r._host_kind[h] = r._describe_host(h)
+        return kind
+
+    def _tables(self):
+        """``(DF, DV)``: every switch's distance to every switch over the fabric's links,
+        and over links and transits doubled with a transit one less (module docstring);
+        all pairs at once in compiled code (2,080 switches: 2 x 35 MB). A table whose sums
+        could leave a float64's exact integers is replaced by inf: no route is proved."""
+        if self._DF is None:
+            from scipy.sparse import csr_matrix
+            from scipy.sparse.csgraph import dijkstra
+
+            rows, cols, cost = self._fabric
+            m = len(self.nodes)
+            best: dict = {}
+            for a, b, c in zip(rows, cols, cost):
+                best[(a, b)] = min(best.get((a, b), math.inf), 2.0 * c)
+            for (a, b), c in self._transits.items():       # a transit may beat a link
+                best[(a, b)] = min(best.get((a, b), math.inf), 2.0 * c - 1.0)
+            keys = list(best)
+            both = csr_matrix(([best[k] for k in keys],
+                               ([k[0] for k in keys], [k[1] for k in keys])), shape=(m, m))
+            fabric = csr_matrix((np.asarray(cost, dtype=float), (rows, cols)), shape=(m, m))
+            DF = dijkstra(fabric, directed=True)
+            DV = dijkstra(both, directed=True)
+            far = max(float(DF[np.isfinite(DF)].max()), float(DV[np.isfinite(DV)].max()))
+            if far + self._dearest >= 1 << 53:
+                DF = np.full_like(DF, np.inf)
+            self._DF, self._DV = DF, DV
+        return self._DF, self._DV
+
+    def route(self, a: int, b: int):
+        """``(leaf of a, leaf of b, destination index)`` when every shortest route from
+        ``a`` to ``b`` is ``a``, that leaf, fabric switches, ``b``'s leaf, ``b`` (module
+        docstring); else None."""
+        key = (a, b)
+        if key in self._proved:
+            return self._proved[key]
+        got = self._proved[key] = self._route(a, b)
+        return got
+
+    def _route(self, a: int, b: int):
+        ea, eb = self.exits.get(a), self.exits.get(b)
+        r = self.router
+        if ea is None or eb is None or r._host[a] == r._host[b] or len(ea) != 1 or len(eb) != 1:
+            return None
+        (la, ca), (lb, cb) = ea[0], eb[0]
+        DF, DV = self._tables()
+        ia, ib = self.index[la], self.index[lb]
+        if not math.isfinite(DF[ia, ib]) or DV[ia, ib] != 2.0 * DF[ia, ib]:
+            return None
+        direct = ca + DF[ia, ib] + cb
+        xa, lxa, A = self._ways(a)
+        yb, lyb, B = self._ways(b)
+        alt = A[:, None] + DV[np.ix_(lxa, lyb)] / 2.0 + B[None, :]
+        alt[(xa == a)[:, None] & (yb == b)[None, :]] = np.inf     # the direct way itself
+        if alt.min() <= direct:
+            return None
+        return la, lb, ib
+
+    def _ways(self, a: int) -> tuple:
+        """Arrays over every link out of ``a``'s machine reachable inside it: the exit node,
+        its switch's fabric index, and the inside distance from ``a`` plus the link's cost;
+        kept per node."""
+        hit = self._way.get(a)
+        if hit is None:
+            r = self.router
+            h = r._host[a]
+            desc, pos = self._kind(h)
+            dist = r._host_kinds[desc][0].dist[pos[a]]
+            rows = []
+            for x in self._machines()[h]:
+                dx = dist[pos[x]]
+                if dx == math.inf:
+                    continue
+                for lx, cx in self.exits.get(x, ()):
+                    rows.append((x, self.index[lx], dx + cx))
+            hit = self._way[a] = (np.array([x for x, _, _ in rows], dtype=np.int64),
+                                  np.array([lx for _, lx, _ in rows], dtype=np.int64),
+                                  np.array([c for _, _, c in rows], dtype=float))
+        return hit
+
+    def next_hops(self, u: int, dest: int) -> tuple:
+        """Fabric neighbours of switch ``u`` one ``DF`` step closer to fabric index
+        ``dest``, in the order of ``u``'s links."""
+        key = (u, dest)
+        nxt = self._succ.get(key)
+        if nxt is None:
+            iu = self.index[u]
+            nbr = self._nbr.get(iu)
+            if nbr is None:
+                links = self._adj[iu]
+                nbr = self._nbr[iu] = (np.array([self.index[v] for v, _ in links], dtype=np.int64),
+                                       np.array([c for _, c in links], dtype=float),
+                                       tuple(v for v, _ in links))
+            DF = self._DF
+            hit = np.flatnonzero(DF[nbr[0], dest] + nbr[1] == DF[iu, dest])
+            nxt = self._succ[key] = tuple(nbr[2][k] for k in hit)
+        return nxt
