@@ -289,6 +289,12 @@ def transfers(system, op: str, choice: dict, nbytes: int) -> int:
     if p < 2:
         return 0
     a, proto, c = choice["algorithm"], choice["protocol"], int(choice["channels"])
+    if a in ("Ring", "Tree"):
+        # the engine runs NCCL's channels on the searched rings, c mod len(rings): at most
+        # one schedule ring each (collectives/nccl: _running)
+        from .collectives.nccl import channel_rings
+
+        c = min(c, len(channel_rings(system, None)))
     if a == "Ring":
         if op == "broadcast":
             return c * (p - 1) * _chunks(int(split(nbytes, c)[0]), proto)

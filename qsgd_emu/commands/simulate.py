@@ -361,7 +361,8 @@ def run(args: argparse.Namespace) -> int:
     from qsgd_emu.progress import Watch
 
     with Watch("simulate") as watch:
-        return _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels)
+        return _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels,
+                    buffsize)
 
 
 def _limit_option(text: str) -> float:
@@ -396,7 +397,7 @@ def _refuse(what: str, seconds: float, limit: float, how: str) -> ValueError:
                       f"--time-limit.")
 
 
-def _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels) -> int:
+def _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels, buffsize) -> int:
     from emulator import fastpath
     from qsgd_emu.progress import duration
 

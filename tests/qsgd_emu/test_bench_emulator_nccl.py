@@ -16,7 +16,13 @@ def test_nccl_rows_simulate_channels_and_match_the_closed_form(capsys):
     d = json.loads(capsys.readouterr().out)
     assert len(d["rows"]) == 1 and d["rows"][0]["gpus"] == 32
     (r,) = d["nccl"]
-    assert r["gpus"] == 16 and r["channels"] == 8
+    # NCCL's channels for the size (two per NIC for the communicator, fewer for a small
+    # message), as the model's plan says
+    import emulator
+    import topologies
+    G = topologies.from_spec("cluster:dgx_a100x2")
+    assert r["gpus"] == 16 and r["channels"] == emulator.nccl_plan(G, "allreduce", 10**6).channels
+    assert 8 <= r["channels"] <= 16
     # Channels share NVSwitch links: the event loop ran.
     assert r["events"] > 0
     assert abs(r["closed_form_s"] / r["time_s"] - 1) < 0.15
