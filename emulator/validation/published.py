@@ -424,7 +424,7 @@ def _check_topology(run: PublishedRun, p: PublishedPoint, where: str) -> None:
     try:
         topology_spec(run, p.world_size, p.nodes)
     except TraceError as exc:
-        raise TraceError(f"{where}: network: {exc}") from None
+        raise TraceError(f"{where}: network: {str(exc).removeprefix(run.path + ': ')}") from None
 
 
 def load_registry(directory: str | os.PathLike | None = None) -> list[PublishedRun]:

@@ -32,11 +32,16 @@ TARGETS = {"throughput_median": 0.10, "throughput_max": 0.25, "efficiency": 0.05
            "speedup": 0.10}
 
 
+#: Traces of the zoo's models recorded on the meta device, kept for the process (they hold
+#: shapes and operators only, the same on every call).
+_TRACES: dict = {}
+
+
 class _Cache:
     """Traces, compute models, graphs and networks shared by the points of a registry."""
 
     def __init__(self):
-        self.traces, self.computes, self.graphs, self.networks = {}, {}, {}, {}
+        self.traces, self.computes, self.graphs, self.networks = _TRACES, {}, {}, {}
 
     def trace(self, run: PublishedRun):
         import torch
