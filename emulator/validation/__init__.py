@@ -15,9 +15,13 @@ from .nccl_tests import import_nccl_tests
 from .published import PublishedPoint, PublishedRun, load_registry as load_published, \
     load_run as load_published_run
 from .publishedrun import validate_published
+from .publishedtable import COLUMNS as PUBLISHED_COLUMNS, summary_lines as published_summary, \
+    table_rows as published_rows, text_lines as published_text, to_html as published_html
 from .trace import CollectivePoint, MeasuredTrace, TrainingPoint
 
 __all__ = ["MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationReport",
            "import_nccl_tests", "Calibration", "calibrate", "compare", "ComputeCase",
            "load_compute_cases", "predict_case", "validate_compute", "PublishedRun",
-           "PublishedPoint", "load_published", "load_published_run", "validate_published"]
+           "PublishedPoint", "load_published", "load_published_run", "validate_published",
+           "PUBLISHED_COLUMNS", "published_rows", "published_summary", "published_text",
+           "published_html"]

@@ -390,8 +390,7 @@ def _compute(args) -> int:
 
 
 def _published(args) -> int:
-    from emulator.validation import validate_published
-    from emulator.validation.publishedtable import text_lines, to_html
+    from emulator.validation import published_html, published_text, validate_published
 
     if args.max_world_size is not None and args.max_world_size < 1:
         raise ValueError(f"--max-world-size must be >= 1, got {args.max_world_size}")
@@ -405,11 +404,11 @@ def _published(args) -> int:
         json.dump(out, fh, indent=1)
         fh.write("\n")
     with open(html_path, "w", encoding="utf-8") as fh:
-        fh.write(to_html(out))
+        fh.write(published_html(out))
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
-    for line in text_lines(out):
+    for line in published_text(out):
         print(line)
     print(f"wrote {json_path} and {html_path}. Nothing is fitted to the registry; "
           f"benchmarks/RESULTS.md says why each miss misses.")
