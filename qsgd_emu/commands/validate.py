@@ -74,7 +74,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--max-world-size", type=int, default=None,
                    help="leave out points of more GPUs (default none left out)")
     p.add_argument("--out", default="out/published", type=output_dir, metavar="DIR",
-                   help="where published.json and published.html go (default out/published)")
+                   help="the folder published.json and published.html go in")
     p.add_argument("--no-diagnose", dest="diagnose", action="store_false",
                    help="skip the diagnostic replay with compute timed as the published "
                         "single-GPU run")
