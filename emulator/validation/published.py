@@ -145,6 +145,7 @@ class Method:
     config: object | None = None
     note: str = ""
     unpredicted: str = ""
+    parallelism: str | None = None
 
 
 def _rank(value, where: str) -> int:
@@ -192,7 +193,16 @@ def _uncompressed(note: str, compressed: str):
 
 
 def _sharded(run_path: str, name: str, spec: dict) -> Method:
-    return Method(None, unpredicted="needs sharded training (issue 31)")
+    """FSDP's points: predicted by a study that shards (``StudyConfig.parallelism``, issue
+    31) once studies have it, else not."""
+    from emulator.study import StudyConfig
+
+    if name != BASELINE:
+        return Method(None, unpredicted=f"{name}: compression inside FSDP is not modelled")
+    if "parallelism" not in {f.name for f in dataclasses.fields(StudyConfig)}:
+        return Method(None, unpredicted="needs sharded training (issue 31)")
+    return Method("fp32", None, "FSDP FULL_SHARD, a study with parallelism='fsdp'",
+                  parallelism="fsdp")
 
 
 #: Way of training -> how its methods are predicted (module docstring).

@@ -243,3 +243,24 @@ def test_the_command_prints_the_table_and_writes_json_and_html(tmp_path, capsys)
     assert "<table>" in (out / "published.html").read_text()
     assert main(["validate", "published", "--ids", "nope", "--out", str(out)]) == 2
     assert "ids: ['nope'] are not registry files" in capsys.readouterr().err
+
+
+def test_sharded_points_go_to_a_sharded_study_and_its_refusal_shows_in_the_row(monkeypatch):
+    from emulator.validation import published
+
+    if any(f.name == "parallelism" for f in dataclasses.fields(StudyConfig)):
+        # studies shard now: the registry's FSDP points are predicted by them
+        out = validate_published(ids={"llmfoundry-mpt125m-fsdp-a100-40gb-bf16"},
+                                 max_world_size=16, diagnose=False)
+        assert [r["status"] for r in out["rows"]] == ["predicted"]
+        return
+    # as once StudyConfig has parallelism= (issue 31): the point goes to a study, which today
+    # refuses the keyword; the row says so instead of the whole registry failing
+    monkeypatch.setitem(published.PARALLELISMS, "fsdp", lambda path, name, spec: published.Method(
+        "fp32", None, "FSDP", parallelism="fsdp"))
+    out = validate_published(ids={"llmfoundry-mpt125m-fsdp-a100-40gb-bf16"}, max_world_size=16,
+                             diagnose=False)
+    (row,) = out["rows"]
+    assert row["predicted"] is None and row["status"].startswith("sharded study failed: ")
+    assert "parallelism" in row["status"]
+
