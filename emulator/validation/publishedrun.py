@@ -20,7 +20,6 @@ Three comparisons per point, each against the published figure:
 from __future__ import annotations
 
 import dataclasses
-import math
 import statistics
 
 from emulator.errors import ConfigError, TraceError
