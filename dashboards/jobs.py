@@ -280,8 +280,9 @@ def stored_report_points(store_path: str | None, result_id: int) -> list[dict]:
 # --- what-if studies -----------------------------------------------------------------
 
 def qsgd_transports() -> list[str]:
-    """The emulator's compressed transports (``fp32``/``fp16`` are the bit widths 32 and 16)."""
-    return sorted(t for t in api("emulator", "TRANSPORTS") if t not in ("fp32", "fp16"))
+    """The emulator's QSGD transports (``fp32``/``fp16`` are the bit widths 32 and 16; the
+    other methods, PowerSGD and GRACE's, are not QSGD widths)."""
+    return sorted(t for t, v in api("emulator", "TRANSPORTS").items() if v.compressed)
 
 
 def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size: int) -> str | None:

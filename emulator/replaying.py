@@ -48,6 +48,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from emulator.compute import ComputeModel
+from emulator.compute.methods import stage_seconds
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
 
@@ -79,6 +80,13 @@ class Transport:
     wire : str
         The :func:`qsgd.wire_plan` transport the bucket follows.
     description : str
+    method : str or None
+        For compression as another project implements it (:mod:`qsgd.wiremethods`): the
+        kind of config its plan takes (``"powersgd"``, ``"grace"``), given to :func:`replay`
+        as ``method=`` (PowerSGD defaults to PyTorch's hook at rank 1); its stages are timed
+        by :func:`emulator.compute.methods.stage_seconds` on the compute model's GPU.
+    study : bool
+        Whether a study may compare it (GRACE's compressors need each run's settings).
     """
 
     name: str
@@ -86,6 +94,13 @@ class Transport:
     bytes_per_element: int | None
     wire: str
     description: str
+    method: str | None = None
+    study: bool = True
+
+    @property
+    def bits(self) -> int | None:
+        """The width a study row of a transport that is not QSGD carries (32 for fp32)."""
+        return None if self.compressed else 8 * self.bytes_per_element
 
 
 #: Transports a bucket can be sent with. ``fp32`` is DDP's own allreduce of the gradients as
@@ -100,7 +115,21 @@ TRANSPORTS: dict[str, Transport] = {
     "qsgd_scatter_reduce_allgather": Transport(
         "qsgd_scatter_reduce_allgather", True, None, "scatter_reduce_allgather",
         "ranks quantize the chunk each owner reduces, owners decode, sum, requantize, all-gather"),
+    "powersgd": Transport(
+        "powersgd", False, 4, "powersgd",
+        "PowerSGD (PyTorch's DDP powerSGD_hook; rank 1 unless method= says): allreduces of "
+        "rank-r factors P and Q, vectors uncompressed", method="powersgd"),
+    "grace_allgather": Transport(
+        "grace_allgather", False, 4, "grace_allgather",
+        "a GRACE compressor (TensorFlow + Horovod) through its allgather communicator",
+        method="grace", study=False),
+    "grace_allreduce": Transport(
+        "grace_allreduce", False, 4, "grace_allreduce",
+        "a GRACE compressor (TensorFlow + Horovod) through its allreduce communicator",
+        method="grace", study=False),
 }
+#: The transports a study compares unless told otherwise: the ones it always compared.
+STUDY_DEFAULT = ("fp32", "fp16", "qsgd_allgather", "qsgd_scatter_reduce_allgather")
 
 #: The emulator's algorithm for each plan op under each model (allreduce: the Network's own).
 _ALGORITHMS = {"nccl": {"allgather": "nccl", "alltoall": "nccl"},
@@ -122,8 +151,45 @@ def _qsgd_config(trace, bits: int | None):
                  f"encode/decode scaled by bytes from {cfg.bits}-bit measurements")
 
 
+def method_config(transport: str, method=None):
+    """The config of method transport ``transport`` (:attr:`Transport.method`): ``method``
+    checked, or the default (PowerSGD: PyTorch's hook at rank 1); None for the others."""
+    import qsgd
+
+    t = TRANSPORTS[transport]
+    if t.method is None:
+        if method is not None:
+            raise ConfigError(f"method: transport {transport!r} takes no method config, got {method!r}")
+        return None
+    kind = {"powersgd": qsgd.PowerSGDConfig, "grace": qsgd.CompressorConfig}[t.method]
+    if method is None:
+        if t.method == "grace":
+            raise ConfigError(f"method: transport {transport!r} needs a qsgd.CompressorConfig "
+                              f"(which GRACE compressor, with its settings)")
+        return kind()
+    if not isinstance(method, kind):
+        raise ConfigError(f"method: transport {transport!r} needs a {kind.__name__}, got {method!r}")
+    return method
+
+
+def _method_layout(trace, k: int, grad_bytes: int):
+    """Bucket ``k``'s tensors with their shapes (the trace's ``shapes`` record)."""
+    import math
+
+    import qsgd
+
+    b = trace.buckets[k]
+    shapes = b.extra.get("shapes")
+    if not isinstance(shapes, list) or len(shapes) != len(b.params):
+        raise ConfigError(f"trace of {trace.model!r}: bucket {k} records no tensor shapes, which "
+                          f"this transport needs; measure the model again (qsgd-emu measure)")
+    shapes = tuple(tuple(int(d) for d in s) for s in shapes)
+    numels = tuple(math.prod(s) for s in shapes)
+    return qsgd.BucketLayout(numels, (False,) * len(numels), grad_bytes, shapes)
+
+
 def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None = None,
-                grad_bytes: int = 4):
+                grad_bytes: int = 4, method=None):
     """The :func:`qsgd.wire_plan` of ``trace``'s bucket ``k`` under replay transport ``transport``.
 
     Examples
@@ -140,6 +206,9 @@ def bucket_plan(trace, k: int, transport: str, world_size: int, bits: int | None
     if transport not in TRANSPORTS:
         raise ConfigError(f"transport must be one of {sorted(TRANSPORTS)}, got {transport!r}")
     t = TRANSPORTS[transport]
+    if t.method is not None:
+        return qsgd.wire_plan(t.wire, _method_layout(trace, k, grad_bytes), world_size,
+                              method_config(transport, method))
     b = trace.buckets[k]
     layout = qsgd.BucketLayout.of(b.compressed_numel, b.raw_numel, grad_bytes)
     if not t.compressed:
@@ -168,7 +237,8 @@ def _collective_s(net: Network, c) -> tuple[float, float]:
     return net.collective(*_request(net, c))
 
 
-def collective_requests(trace, net: Network, transport: str, bits=None, grad_bytes: int = 4) -> list:
+def collective_requests(trace, net: Network, transport: str, bits=None, grad_bytes: int = 4,
+                        method=None) -> list:
     """The ``(op, algorithm, bytes)`` collectives :func:`replay` asks ``net`` for, to simulate
     ahead (:meth:`Network.prefetch`).
 
@@ -182,6 +252,8 @@ def collective_requests(trace, net: Network, transport: str, bits=None, grad_byt
         As :func:`replay` takes it.
     grad_bytes : int
         Bytes per gradient element (the compute model's ``grad_bytes``).
+    method : optional
+        As :func:`replay` takes it.
 
     Examples
     --------
@@ -197,12 +269,13 @@ def collective_requests(trace, net: Network, transport: str, bits=None, grad_byt
     per_bucket = _bucket_bits(trace, bits)
     return [_request(net, c) for k in range(trace.num_buckets)
             for c in bucket_plan(trace, k, transport, net.world_size, per_bucket[k],
-                                 grad_bytes).collectives]
+                                 grad_bytes, method).collectives]
 
 
 def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
            compute: ComputeModel | None = None, algorithm: str = DEFAULT_ALGORITHM, bits: int | None = None,
-           network: Network | None = None, loaded=None, compute_pace: float = 1.0) -> Prediction:
+           network: Network | None = None, loaded=None, compute_pace: float = 1.0,
+           method=None) -> Prediction:
     """Predict one training iteration of ``trace``'s model on topology ``G``.
 
     Parameters
@@ -239,6 +312,10 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
         (backward and the callback stages) while a collective runs, against alone (the
         harness measures it: compute-alone steps with and without a collective running all
         the while). Default 1.
+    method : qsgd.PowerSGDConfig or qsgd.CompressorConfig, optional
+        The settings of a transport with a :attr:`Transport.method` (default: PowerSGD at
+        rank 1 as PyTorch's hook runs it; GRACE's transports need one). Its stages are timed
+        on the compute model's GPU (``compute.codec_device``).
 
     Returns
     -------
@@ -292,8 +369,20 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
                               f"({8 * t.bytes_per_element} bits)")
         configs, source = None, "dense allreduce"
         widths = (8 * t.bytes_per_element,) * trace.num_buckets
+    stage_device = None
+    if t.method is not None:
+        from emulator.compute import device as device_named
 
-    plans = [bucket_plan(trace, k, transport, p, per_bucket[k], compute.grad_bytes)
+        method = method_config(transport, method)
+        source = f"{t.description}; {method.to_dict()}"
+        if compute.codec_device is None:
+            raise ConfigError(f"transport {transport!r} times its stages on a GPU: pass "
+                              f"compute=ComputeModel.for_device(<GPU>, trace)")
+        stage_device = device_named(compute.codec_device)
+    else:
+        method_config(transport, method)
+
+    plans = [bucket_plan(trace, k, transport, p, per_bucket[k], compute.grad_bytes, method)
              for k in range(trace.num_buckets)]
     # the three servers' work (module docstring): backward's thread, callback thread, stream
     backward, callbacks, stream = [], [], []
@@ -312,6 +401,8 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             after = ("ready", k) if step.after is None else (k, step.after)
             if step.kind == "stage":
                 dur = enc_el * step.encode_numel + dec_el * step.decode_numel
+                if stage_device is not None:
+                    dur = stage_seconds(plans[k], step, stage_device) * compute.codec_scale
                 codec_total += dur
                 # hook stages: in backward's thread, delaying the rest of backward
                 (backward if step.runs_in == "hook" else callbacks).append(Work((k, j), dur, after))

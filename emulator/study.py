@@ -20,7 +20,7 @@ from emulator._malloc import keep_freed_memory
 from emulator.compute import ALIASES, DEVICES, PRECISIONS, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
-from emulator.replaying import TRANSPORTS, collective_requests, replay
+from emulator.replaying import STUDY_DEFAULT, TRANSPORTS, collective_requests, replay
 from emulator.interpolation import DEFAULT_RTOL
 from emulator.estimate import estimate, task_label, wall_of
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
@@ -42,7 +42,8 @@ class StudyConfig:
     bits : tuple of int
         32 means the fp32 transport, 16 the fp16 transport and QSGD at 16 bits, 2..15 QSGD.
     transports : tuple of str
-        Keys of :data:`emulator.TRANSPORTS`.
+        Keys of :data:`emulator.TRANSPORTS` (default fp32, fp16 and the two QSGD ones;
+        ``powersgd``, PyTorch's PowerSGD hook at rank 1, comes as a row of width 32).
     topologies : tuple of str
         Topology specs (:func:`topologies.from_spec`); ``{n}`` is replaced by the world size
         (``"switch:{n}"``) and ``{N}`` by the number of nodes a world size needs (e.g.
@@ -73,7 +74,7 @@ class StudyConfig:
     trace: object
     world_sizes: tuple = (8, 64, 512)
     bits: tuple = (32, 16, 8, 4, 2)
-    transports: tuple = tuple(TRANSPORTS)
+    transports: tuple = STUDY_DEFAULT
     topologies: tuple = ("cluster:dgx_a100x{N}",)
     device: str = "auto"
     algorithm: str = DEFAULT_ALGORITHM
@@ -102,8 +103,9 @@ class StudyConfig:
             if not is_int(b) or not (b == 32 or 2 <= b <= 16):
                 raise ConfigError(f"StudyConfig.bits: {b!r} is not 32 or an int in [2, 16]")
         for t in self.transports:
-            if t not in TRANSPORTS:
-                raise ConfigError(f"StudyConfig.transports: {t!r} is not one of {sorted(TRANSPORTS)}")
+            if t not in TRANSPORTS or not TRANSPORTS[t].study:
+                raise ConfigError(f"StudyConfig.transports: {t!r} is not one of "
+                                  f"{sorted(k for k, v in TRANSPORTS.items() if v.study)}")
         for s in self.topologies:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"StudyConfig.topologies: {s!r} is not a topology spec")
@@ -141,7 +143,7 @@ class StudyConfig:
                 if TRANSPORTS[t].compressed:
                     if b != 32:
                         out.append((b, t))
-                elif DENSE_BITS[t] == b:
+                elif TRANSPORTS[t].bits == b:
                     out.append((b, t))
         if not out:
             raise ConfigError(f"StudyConfig: no (bits, transport) pair fits bits={self.bits} "

@@ -26,6 +26,7 @@ from .trace import PayloadTrace
 from .tracevariance import BucketVariance
 from .variance import lemma31_bound, variance_ratios
 from .wireplan import BucketLayout, Collective, Stage, WirePlan, wire_plan
+from .wiremethods import COMPRESSORS, CompressorConfig, PowerSGDConfig
 
 __all__ = [
     "QSGDConfig", "Quantized", "quantize", "dequantize", "encode", "decode", "payload_nbytes",
@@ -33,5 +34,5 @@ __all__ = [
     "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
     "add_operators", "record_operators", "Operators",
     "measure_host", "PayloadTrace", "BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan",
-    "BucketVariance", "lemma31_bound", "variance_ratios",
+    "PowerSGDConfig", "CompressorConfig", "COMPRESSORS", "BucketVariance", "lemma31_bound", "variance_ratios",
 ]

@@ -304,6 +304,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         input_shape=input_shape, config=cfg, min_numel=min_numel, bucket_cap_bytes=bucket_cap_bytes,
         first_bucket_bytes=first_bucket_bytes, seed=seed,
         buckets=tuple(TraceBucket(b.index, b.numel, b.names, *b.split(min_numel),
+                                  _shapes(b, params),
                                   variance=_variance_record(sums.get(b.index), variance_bits,
                                                             variance_samples, iterations))
                       for b in buckets),
@@ -360,6 +361,13 @@ def add_operators(trace: PayloadTrace) -> PayloadTrace:
     return dataclasses.replace(trace, operators=record_operators(model, input_shape=trace.input_shape))
 
 
+def _shapes(bucket, params) -> dict:
+    """``{"shapes": [...]}``: each of the bucket's parameters' shape, in bucket order (kept in
+    the trace's bucket records for the transports that compress a tensor as a matrix)."""
+    shape = {n: list(p.shape) or [1] for n, p in params}
+    return {"shapes": [shape[n] for n in bucket.names]}
+
+
 def _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_bytes,
                   first_bucket_bytes, bucket_order) -> PayloadTrace:
     """A trace of ``model``'s layout and operators with no step run (``device="meta"``)."""
@@ -384,7 +392,8 @@ def _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_byt
         device_name="meta device (shapes only, nothing run)", torch_version=torch.__version__,
         batch_size=1, input_shape=input_shape, config=cfg, min_numel=min_numel,
         bucket_cap_bytes=bucket_cap_bytes, first_bucket_bytes=first_bucket_bytes, seed=seed,
-        buckets=tuple(TraceBucket(b.index, b.numel, b.names, *b.split(min_numel)) for b in buckets),
+        buckets=tuple(TraceBucket(b.index, b.numel, b.names, *b.split(min_numel), _shapes(b, params))
+                      for b in buckets),
         iterations=(TraceIteration(0, 0.0, 0.0, 0.0, tuple(timings)),),
         bucket_assignment=bucket_order, operators=ops)
 

@@ -91,11 +91,15 @@ class BucketLayout:
         Per tensor, whether it is sent uncompressed (at ``element_size`` bytes per element).
     element_size : int
         Bytes per element of the bucket buffer (4 for fp32).
+    shapes : tuple of tuple of int, optional
+        Each tensor's shape (its elements multiply to ``numels[i]``): the transports that
+        compress a tensor as a matrix (PowerSGD, :mod:`qsgd.wiremethods`) need them.
     """
 
     numels: tuple[int, ...]
     raw: tuple[bool, ...]
     element_size: int = 4
+    shapes: tuple[tuple[int, ...], ...] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.numels, tuple) or not self.numels:
@@ -107,6 +111,16 @@ class BucketLayout:
             raise ConfigError(f"raw: expected a tuple of {len(self.numels)} bools, got {self.raw!r}")
         if self.element_size not in (2, 4, 8):
             raise ConfigError(f"element_size: expected 2, 4 or 8 bytes, got {self.element_size!r}")
+        if self.shapes is not None:
+            if not isinstance(self.shapes, tuple) or len(self.shapes) != len(self.numels):
+                raise ConfigError(f"shapes: expected one shape per tensor ({len(self.numels)}), "
+                                  f"got {self.shapes!r}")
+            for i, (shape, n) in enumerate(zip(self.shapes, self.numels)):
+                if not isinstance(shape, tuple) or not shape or \
+                        any(isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape) \
+                        or math.prod(shape) != n:
+                    raise ConfigError(f"shapes[{i}]: expected a tuple of positive ints whose "
+                                      f"product is numels[{i}]={n}, got {shape!r}")
 
     @classmethod
     def by_size(cls, numels: Sequence[int], min_numel: int, element_size: int = 4) -> "BucketLayout":
@@ -230,7 +244,7 @@ class WirePlan:
     transport: str
     world_size: int
     layout: BucketLayout
-    config: QSGDConfig | None
+    config: object | None
     steps: tuple
 
     @property
@@ -256,7 +270,9 @@ class WirePlan:
                 "numels": list(self.layout.numels), "raw": list(self.layout.raw),
                 "element_size": self.layout.element_size,
                 "config": None if self.config is None else self.config.to_dict(),
-                "steps": [s.to_dict() for s in self.steps]}
+                "steps": [s.to_dict() for s in self.steps],
+                **({} if self.layout.shapes is None else
+                   {"shapes": [list(s) for s in self.layout.shapes]})}
 
 
 # ---------------------------------------------------------------- byte accounting
@@ -374,13 +390,15 @@ def _scatter_reduce_allgather(layout: BucketLayout, p: int, cfg: QSGDConfig, pay
     return tuple(steps)
 
 
-#: transport -> (needs a QSGDConfig, plan builder(layout, world_size, config, payload_bytes))
-TRANSPORTS: dict[str, tuple[bool, Callable[..., tuple]]] = {
-    "fp32": (False, _dense(4, "float32")),
-    "fp16": (False, _dense(2, "float16")),
-    "bf16": (False, _dense(2, "bfloat16")),
-    "allgather": (True, _allgather),
-    "scatter_reduce_allgather": (True, _scatter_reduce_allgather),
+#: transport -> (the config class it needs or None, plan builder(layout, world_size, config,
+#: payload_bytes)). Compression as other projects implement it (PowerSGD, GRACE's
+#: compressors) registers here from :mod:`qsgd.wiremethods`.
+TRANSPORTS: dict[str, tuple[type | None, Callable[..., tuple]]] = {
+    "fp32": (None, _dense(4, "float32")),
+    "fp16": (None, _dense(2, "float16")),
+    "bf16": (None, _dense(2, "bfloat16")),
+    "allgather": (QSGDConfig, _allgather),
+    "scatter_reduce_allgather": (QSGDConfig, _scatter_reduce_allgather),
 }
 
 
@@ -396,8 +414,9 @@ def wire_plan(transport: str, layout: BucketLayout, world_size: int, config: QSG
         The bucket's tensors and which travel raw.
     world_size : int
         Ranks taking part (>= 1).
-    config : QSGDConfig, optional
-        Required by the QSGD transports.
+    config : QSGDConfig or a method's config, optional
+        Required by the QSGD transports (a :class:`QSGDConfig`) and by those of
+        :mod:`qsgd.wiremethods` (their own config classes).
     payload_bytes : int or sequence of int, optional
         Measured bytes of the bucket's whole QSGD payload (one size, or one per rank): required
         by the elias codec, whose sizes depend on the data; ignored by the packed codec, whose
@@ -419,9 +438,9 @@ def wire_plan(transport: str, layout: BucketLayout, world_size: int, config: QSG
     if not isinstance(layout, BucketLayout):
         raise ConfigError(f"layout: expected a BucketLayout, got {type(layout).__name__}")
     _int("world_size", world_size, 1)
-    needs_config, build = TRANSPORTS[transport]
-    if needs_config and not isinstance(config, QSGDConfig):
-        raise ConfigError(f"config: transport {transport!r} needs a QSGDConfig, got {config!r}")
-    if not needs_config:
+    needs, build = TRANSPORTS[transport]
+    if needs is not None and not isinstance(config, needs):
+        raise ConfigError(f"config: transport {transport!r} needs a {needs.__name__}, got {config!r}")
+    if needs is None:
         config = None
     return WirePlan(transport, world_size, layout, config, build(layout, world_size, config, payload_bytes))

@@ -1,5 +1,10 @@
 """Validation page: predicted against measured times, from a report or a measured log.
 
+Below them, the published runs (``validate published``): the registry of published multi-GPU
+training runs predicted with the project's defaults, as the same table the command prints
+(``emulator.validation.publishedtable``): computed on the page ("Predict the registry", a
+minute on two cores) or read from the command's ``published.json``.
+
 Three uploads are understood: a ValidationReport (``qsgd-validation-report``: its points are
 drawn as they are, and for each training step with bucket timelines the measured and the
 emulator's timelines side by side, ``emulator.figures.timeline_comparison``), a MeasuredTrace
@@ -120,6 +125,47 @@ def draw(result: Mapping[str, Any] | None) -> tuple:
                                                result.get("summary")))
 
 
+# --- published runs ------------------------------------------------------------------
+
+PUBLISHED_FORMAT = "qsgd-published-validation"
+#: cell colours of a figure within / outside its target (the command's HTML uses the same)
+OK_STYLE = {True: {"backgroundColor": "#e3f4e3"}, False: {"backgroundColor": "#fbe3e3"}}
+
+
+def load_published_upload(contents: str | None, filename: str | None) -> dict:
+    """The command's ``published.json`` (``qsgd-emu validate published --out DIR``)."""
+    data = forms.upload_json(contents, filename, "validation-published-upload")
+    if data.get("format") != PUBLISHED_FORMAT or not isinstance(data.get("rows"), list):
+        raise DashboardError(f"validation-published-upload: {filename!r} is not a "
+                             f"{PUBLISHED_FORMAT} file (qsgd-emu validate published writes one)")
+    return data
+
+
+def run_published() -> dict:
+    """Every registry point predicted here (the diagnostic left out for time)."""
+    return jobs.api("emulator.validation", "validate_published")(diagnose=False)
+
+
+def published_table(out: Mapping[str, Any] | None) -> Any:
+    """The registry's rows as the command prints them; errors within target green, else red."""
+    if not out or not out.get("rows"):
+        return html.P("No published runs predicted yet.")
+    table = jobs.api("emulator.validation", "published_rows")(out)
+    columns = jobs.api("emulator.validation", "PUBLISHED_COLUMNS")
+    head = html.Tr([html.Th(h) for _, h in columns])
+    body = [html.Tr([html.Td(r[k], style=OK_STYLE.get(r["ok"].get(k), {})) for k, _ in columns])
+            for r in table]
+    return html.Table([html.Thead(head), html.Tbody(body)], className="summary",
+                      id="validation-published-rows")
+
+
+def published_summary(out: Mapping[str, Any] | None) -> Any:
+    if not out or not out.get("rows"):
+        return ""
+    lines = jobs.api("emulator.validation", "published_summary")(out)
+    return html.Ul([html.Li(x) for x in lines])
+
+
 def layout(query: Mapping[str, str], ctx) -> Any:
     return html.Div([
         html.H2("Validation: the emulator against measurements"),
@@ -149,6 +195,17 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                                                 placeholder="training steps of the report")),
         ], className="row"),
         dcc.Graph(id="validation-timeline"),
+        html.H3("Published training runs: predicted against measured"),
+        html.Div([
+            html.Button("Predict the registry", id="validation-published-run", n_clicks=0),
+            dcc.Upload(id="validation-published-upload", children=html.Div(
+                ["or drop the command's ", html.A("published.json")]),
+                className="upload", multiple=False),
+        ], className="row"),
+        html.Div(id="validation-published-error", className="error"),
+        dcc.Store(id="validation-published"),
+        dcc.Loading(html.Div([html.Div(id="validation-published-summary", className="status"),
+                              html.Div(id="validation-published-table")])),
     ], id="validation-page")
 
 
@@ -183,6 +240,29 @@ def register(app, ctx) -> None:
         options = step_options(result)
         return (*draw(result), summary_text(result), options,
                 options[-1]["value"] if options else None)
+
+    @app.callback(Output("validation-published", "data"),
+                  Output("validation-published-error", "children"),
+                  Input("validation-published-run", "n_clicks"),
+                  Input("validation-published-upload", "contents"),
+                  State("validation-published-upload", "filename"), prevent_initial_call=True)
+    def _published(n_clicks, contents, filename):
+        from dash import ctx as trigger
+
+        try:
+            if trigger.triggered_id == "validation-published-upload" and contents:
+                return load_published_upload(contents, filename), ""
+            if n_clicks:
+                return run_published(), ""
+        except (ValueError, RuntimeError, OSError) as exc:
+            return no_update, str(exc)
+        return no_update, ""
+
+    @app.callback(Output("validation-published-table", "children"),
+                  Output("validation-published-summary", "children"),
+                  Input("validation-published", "data"))
+    def _published_table(out):
+        return published_table(out), published_summary(out)
 
     @app.callback(Output("validation-timeline", "figure"), Input("validation-training", "value"),
                   Input("validation-result", "data"))

@@ -7,7 +7,8 @@
 - :mod:`~emulator.compute.rules`: one kernel's seconds (roofline, tile and wave
   quantisation, cited efficiencies); :mod:`~emulator.compute.timeline`: a step's phases from
   them through eager PyTorch's host and device; :mod:`~emulator.compute.codec`: QSGD's codec
-  on the target;
+  on the target; :mod:`~emulator.compute.methods`: the local stages of compression as other
+  projects implement it (PowerSGD, GRACE's compressors);
 - :class:`ComputeModel`: what the replay asks (phases, bucket ready times, codec seconds).
 
 No torch here: the operator records come from :mod:`qsgd.operators` inside the trace.

@@ -33,6 +33,7 @@ from qsgd.models.vit import ViT
 #: name -> constructor (keyword arguments are passed through by :func:`build_model`).
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "alexnet": AlexNet,
+    "vgg16": functools.partial(VGG, "vgg16"),
     "vgg19": functools.partial(VGG, "vgg19"),
     "resnet50": functools.partial(ResNet, 50),
     "resnet152": functools.partial(ResNet, 152),

@@ -21,6 +21,8 @@ class VGG(SyntheticWorkload, nn.Module):
     Simonyan & Zisserman (2015), Table 2, give 144M for configuration E; 143,667,240 is the exact
     count of that network (as ``torchvision.models.vgg19`` builds it): sixteen 3x3 convolutions and
     fully connected layers 25088 -> 4096 -> 4096 -> 1000. The QSGD paper's Table 1 lists 143M.
+    Configuration D (VGG-16, ``config="vgg16"``; 138M in the paper's Table 2) has 138,357,544
+    (``torchvision.models.vgg16``): thirteen 3x3 convolutions and the same classifier.
 
     Parameters
     ----------

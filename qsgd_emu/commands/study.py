@@ -64,7 +64,8 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
     parser.add_argument("--bits", type=int_list("bits"), default="32,16,8,4,2",
                         help="32 = fp32, 16 = fp16 (and QSGD 16), 2..15 QSGD")
     parser.add_argument("--transports", type=_names, default=",".join(TRANSPORT_NAMES),
-                        help="comma-separated transports")
+                        help="comma-separated transports (also: powersgd, PyTorch's PowerSGD "
+                             "hook at rank 1, a row of width 32)")
     computeargs.add_arguments(parser)
     parser.add_argument("--algorithm", default="nccl",
                         help="allreduce algorithm of fp32/fp16: nccl (as NCCL runs it), or ring, "

@@ -9,6 +9,11 @@ Actions::
     qsgd-emu validate import-nccl-tests LOG --out trace.json [--op allreduce] [--topology SPEC]
     qsgd-emu validate compute [--cases PATH] [--out rows.json] [--json]
         The compute model against published single-GPU training throughput.
+    qsgd-emu validate published [--registry DIR] [--ids a,b] [--max-world-size N]
+                                [--out DIR] [--json]
+        Every published multi-GPU training run of the registry predicted with the project's
+        defaults: throughput, scaling efficiency and compression speedup, each against the
+        published figure; writes published.json and published.html in --out.
     qsgd-emu validate calibrate TRACE [--topology SPEC] [--fit-sizes 1MiB,16MiB] [--json]
     qsgd-emu validate compare TRACE [--topology SPEC] [--calibration CAL.json] --out report.json
         [--html report.html] [--per-op] [--min-bytes 1MB] [--uncalibrated] [--json]
@@ -30,7 +35,7 @@ import json
 import os
 import sys
 
-from qsgd_emu.outputs import output_file
+from qsgd_emu.outputs import output_dir, output_file
 
 
 
@@ -58,6 +63,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "tests/emulator/data/compute/published_throughput.json)")
     p.add_argument("--ids", default=None, help="comma list of case ids (default all)")
     p.add_argument("--out", default=None, type=output_file, help="write the rows as JSON here")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = sub.add_parser("published", help="predict the registry of published multi-GPU training "
+                                         "runs (throughput, scaling efficiency, speedups)")
+    p.add_argument("--registry", default=None, metavar="DIR",
+                   help="a folder of qsgd-published-run JSON files (default: the project's, "
+                        "tests/emulator/data/published_runs)")
+    p.add_argument("--ids", default=None, help="comma list of registry ids (default all)")
+    p.add_argument("--max-world-size", type=int, default=None,
+                   help="leave out points of more GPUs (default none left out)")
+    p.add_argument("--out", default="out/published", type=output_dir, metavar="DIR",
+                   help="the folder published.json and published.html go in")
+    p.add_argument("--no-diagnose", dest="diagnose", action="store_false",
+                   help="skip the diagnostic replay with compute timed as the published "
+                        "single-GPU run")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = sub.add_parser("import-nccl-tests", help="turn an nccl-tests log into a MeasuredTrace")
@@ -369,8 +389,35 @@ def _compute(args) -> int:
     return 0
 
 
+def _published(args) -> int:
+    from emulator.validation import published_html, published_text, validate_published
+
+    if args.max_world_size is not None and args.max_world_size < 1:
+        raise ValueError(f"--max-world-size must be >= 1, got {args.max_world_size}")
+    ids = {i.strip() for i in args.ids.split(",") if i.strip()} if args.ids else None
+    out = validate_published(args.registry, ids=ids, max_world_size=args.max_world_size,
+                             diagnose=args.diagnose)
+    os.makedirs(args.out, exist_ok=True)
+    json_path = os.path.join(args.out, "published.json")
+    html_path = os.path.join(args.out, "published.html")
+    with open(json_path, "w", encoding="utf-8") as fh:
+        json.dump(out, fh, indent=1)
+        fh.write("\n")
+    with open(html_path, "w", encoding="utf-8") as fh:
+        fh.write(published_html(out))
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    for line in published_text(out):
+        print(line)
+    print(f"wrote {json_path} and {html_path}. Nothing is fitted to the registry; "
+          f"benchmarks/RESULTS.md says why each miss misses.")
+    return 0
+
+
 ACTIONS = {"run": _run, "testbed": _testbed, "import-nccl-tests": _import,
-           "calibrate": _calibrate, "compare": _compare, "compute": _compute}
+           "calibrate": _calibrate, "compare": _compare, "compute": _compute,
+           "published": _published}
 
 
 def run(args) -> int:
