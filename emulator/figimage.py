@@ -45,7 +45,8 @@ def write_png(fig, path: str | os.PathLike, *, width: int = 1000, height: int = 
     >>> from emulator import figimage, figures
     >>> path = os.path.join(tempfile.mkdtemp(), "f.png")
     >>> why = figimage.write_png(figures.message_figure("hello"), path, width=300, height=200)
-    >>> why == "" and open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n" or why.startswith("no chromium")
+    >>> png = why == "" and open(path, "rb").read(8) == b"\\x89PNG\\r\\n\\x1a\\n"
+    >>> png or why.startswith("no chromium")
     True
     """
     import plotly.io as pio

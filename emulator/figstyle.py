@@ -20,7 +20,7 @@ from typing import Sequence
 
 __all__ = ["TRANSPORT_COLOURS", "TRANSPORT_NAMES", "BIT_DASHES", "BIT_SYMBOLS", "COMPUTE_GREY",
            "transport_colour", "transport_name", "series_style", "config_label", "si_text",
-           "log_ticks", "wrap", "style", "message_figure", "gpu_ticks"]
+           "log_ticks", "log_axis", "wrap", "style", "message_figure", "gpu_ticks"]
 
 #: Transport -> colour (Okabe-Ito, readable by colour-blind readers). fp32, the baseline,
 #: is near-black; a transport not listed takes the next of :data:`_SPARE_COLOURS`.
@@ -155,6 +155,27 @@ def log_ticks(lo: float, hi: float, unit: str = "") -> tuple[list[float], list[s
         ticks = below[-1:] + ticks + above[:1]
     ticks = [float(f"{v:.12g}") for v in ticks]
     return ticks, [si_text(v, unit) for v in ticks]
+
+
+def log_axis(fig, values, unit: str = "", letter: str = "y", **where) -> None:
+    """Make ``fig``'s ``letter`` axes (those of ``where``: ``row=``, ``col=``) log axes ticked
+    at :func:`log_ticks` of ``values`` (the positive ones), spanning every tick they show.
+
+    >>> import plotly.graph_objects as go
+    >>> fig = go.Figure(go.Scatter(x=[1, 2], y=[3e3, 4e4]))
+    >>> log_axis(fig, [3e3, 4e4])
+    >>> fig.layout.yaxis.type, list(fig.layout.yaxis.ticktext)
+    ('log', ['5k', '10k', '20k'])
+    """
+    values = [float(v) for v in values if v is not None and v > 0]
+    if not values:
+        return
+    ticks, text = log_ticks(min(values), max(values), unit)
+    lo, hi = min(min(values), ticks[0]), max(max(values), ticks[-1])
+    pad = 0.04 * max(math.log10(hi / lo), 0.3)
+    update = fig.update_yaxes if letter == "y" else fig.update_xaxes
+    update(type="log", tickmode="array", tickvals=ticks, ticktext=text,
+           range=[math.log10(lo) - pad, math.log10(hi) + pad], **where)
 
 
 def wrap(text: str, width: int = 60) -> str:

@@ -22,7 +22,7 @@ from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 from emulator.figstyle import (BIT_DASHES, BIT_SYMBOLS, TRANSPORT_COLOURS, config_label,
-                               log_ticks, message_figure, series_style, style)
+                               log_axis, log_ticks, message_figure, series_style, style, wrap)
 from emulator.studyfigures import (BREAKDOWN_PARTS, SCALING_METRICS, TIMELINE_PHASES,
                                    breakdown_figure, headline_figure, row_label, scaling_figure,
                                    timeline_figure)
@@ -81,14 +81,16 @@ def validation_figure(points: Sequence[Mapping[str, Any]], topology: str = "",
         fig.add_trace(go.Scatter(x=x, y=[p["rel_error"] for p in pts], name=f"{op} error",
                                  mode="lines+markers", line={"color": c}, showlegend=False),
                       row=2, col=1)
-    title = f"emulator vs measured on {topology}" if topology else "emulator vs measured"
+    title = wrap(f"emulator vs measured on {topology}" if topology else "emulator vs measured", 60)
     med = (summary or {}).get("median_abs_rel_error")
     if med is not None:
-        title += f": held-out median |error| {med:.1%}, max {summary['max_abs_rel_error']:.1%}"
-    fig.update_layout(title=title, template="plotly_white", height=640)
-    fig.update_xaxes(type="log", title_text="message size (bytes, nccl-tests convention)", row=2, col=1)
-    fig.update_xaxes(type="log", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="time (s)", row=1, col=1)
+        title += f":<br>held-out median |error| {med:.1%}, max {summary['max_abs_rel_error']:.1%}"
+    style(fig, title, "", "time (s)")
+    fig.update_layout(height=640)
+    log_axis(fig, [p["bytes"] for p in points], "B", "x")
+    fig.update_xaxes(title_text="message size (bytes, nccl-tests convention)", row=2, col=1)
+    log_axis(fig, [p.get(k) for p in points for k in ("measured_s", "predicted_s")], "s",
+             row=1, col=1)
     fig.update_yaxes(title_text="(pred - meas) / meas", tickformat=".0%", row=2, col=1)
     return fig
 
@@ -116,8 +118,9 @@ def validation_scatter(points: Sequence[Mapping[str, Any]]):
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x",
                                  line={"color": "black", "dash": "dot"}))
     style(fig, "predicted vs measured", "measured time (s)", "predicted time (s)")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    if values:
+        log_axis(fig, [lo, hi], "s", "x")
+        log_axis(fig, [lo, hi], "s", "y")
     return fig
 
 
@@ -195,11 +198,13 @@ def timeline_comparison(row: Mapping[str, Any]):
     if row.get("measured_s") is not None and row.get("predicted_s") is not None:
         title += (f" (step measured {1e3 * row['measured_s']:.1f} ms, emulator "
                   f"{1e3 * row['predicted_s']:.1f} ms)")
-    fig.update_layout(title={"text": title}, barmode="overlay", template="plotly_white",
-                      height=120 + 40 * max(len(sides[0][1]), len(sides[1][1]), 1),
-                      legend={"orientation": "h", "y": -0.2}, margin={"l": 70, "r": 20, "t": 70})
+    for ann in fig.layout.annotations[:2]:      # the panel titles, above the lines' labels
+        ann.yshift = 16
+    style(fig, wrap(title, 90), "ms from the start of the step", "")
+    fig.update_layout(barmode="overlay",
+                      height=160 + 40 * max(len(sides[0][1]), len(sides[1][1]), 1))
+    fig.update_layout(title_pad_b=fig.layout.title.pad.b + 16)
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title_text="ms from the start of the step")
     return fig
 
 
@@ -232,8 +237,8 @@ def recommend_front_figure(rec: Mapping[str, Any]):
     x, y, text = pts([rec["best"]])
     fig.add_scatter(x=x, y=y, text=text, mode="markers", name="recommended",
                     marker={"symbol": "star", "size": 16, "color": PALETTE[3]})
-    fig.update_xaxes(type="log")
-    return style(fig, f"Pareto front at {rec['world_size']} GPUs on {rec['topology']}",
+    log_axis(fig, [c["variance"] for c in rec["front"] + [rec["best"]]], "", "x")
+    return style(fig, wrap(f"Pareto front at {rec['world_size']} GPUs on {rec['topology']}", 60),
                  "gradient variance increase (relative)", "speedup over fp32 allreduce (x)")
 
 

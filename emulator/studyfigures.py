@@ -5,7 +5,8 @@ side on shared axes, with one legend for all panels (each entry once; clicking i
 configuration in every panel). Colour is the transport and dash and marker the bit width
 (:func:`emulator.figstyle.series_style`), in every figure. Rows are read by column name
 (``topology``, ``world_size``, ``bits``, ``transport``, ``iteration_s``, the metric drawn, ...),
-so columns that a study adds later change nothing here. Times are drawn in ms.
+so columns that a study adds later change nothing here. Times are drawn in ms (in s where an
+iteration takes 10 s or more, as a CPU-measured one can).
 
 >>> from types import SimpleNamespace as Row       # any object with the columns drawn
 >>> from emulator import studyfigures
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from emulator.figstyle import (COMPUTE_GREY, config_label, gpu_ticks, log_ticks,
+from emulator.figstyle import (COMPUTE_GREY, config_label, gpu_ticks, log_axis,
                                message_figure, series_style, style, transport_colour,
                                transport_name, wrap)
 
@@ -95,21 +96,6 @@ def _panels(rows, title_of=lambda t: t, shared_y: bool = True):
     return fig, tops
 
 
-def _log_axis(fig, values, unit: str, letter: str = "y") -> None:
-    """A log axis ticked at 1-2-5 steps with SI units, spanning every tick it shows."""
-    import math
-
-    values = [v for v in values if v is not None and v > 0]
-    if not values:
-        return
-    ticks, text = log_ticks(min(values), max(values), unit)
-    lo, hi = min(min(values), ticks[0]), max(max(values), ticks[-1])
-    pad = 0.04 * max(math.log10(hi / lo), 0.3)
-    upd = fig.update_yaxes if letter == "y" else fig.update_xaxes
-    upd(type="log", tickmode="array", tickvals=ticks, ticktext=text, minor={"showgrid": False},
-        range=[math.log10(lo) - pad, math.log10(hi) + pad])
-
-
 def _gpu_axis(fig, sizes) -> None:
     vals, text = gpu_ticks(sizes)
     fig.update_xaxes(type="log", tickmode="array", tickvals=vals, ticktext=text,
@@ -172,7 +158,7 @@ def scaling_figure(rows: Sequence, metric: str = "throughput_samples_s"):
     _legend_once(fig)
     _gpu_axis(fig, [r.world_size for r in usable])
     if ylog:
-        _log_axis(fig, [getattr(r, metric) for r in usable], METRIC_UNITS.get(metric, ""))
+        log_axis(fig, [getattr(r, metric) for r in usable], METRIC_UNITS.get(metric, ""))
     if metric == "speedup_vs_fp32" and usable:
         fig.add_hline(y=1.0, line_dash="dash", line_color="#777", line_width=1)
         ys = [r.speedup_vs_fp32 for r in usable]
@@ -265,7 +251,7 @@ def headline_figure(rows: Sequence):
                        x=0.01, y=1.0, xanchor="left", yanchor="bottom", showarrow=False,
                        font={"size": 11, "color": "#555"})
     # a few entries: in a row under the panels, which leaves them the figure's width
-    fig.update_layout(height=480, margin={"b": 120}, legend={
+    fig.update_layout(height=470, margin={"b": 100}, legend={
         "orientation": "h", "yref": "container", "y": 0, "yanchor": "bottom", "x": 0,
         "xanchor": "left"})
     return fig
@@ -294,53 +280,61 @@ def breakdown_figure(rows: Sequence, world_size: int | None = None):
         world_size = sizes[-1]
     at = _order([r for r in rows if r.world_size == world_size])
     labels = list(dict.fromkeys(row_label(r) for r in at))
+    k, unit = _time_unit(max(r.iteration_s for r in at))
     fig, tops = _panels(at)
     for col, top in enumerate(tops, start=1):
         cell = {row_label(r): r for r in at if r.topology == top}
         names = [n for n in labels if n in cell]
         fig.add_trace(go.Bar(
-            y=names, x=[1e3 * cell[n].compute_s for n in names], orientation="h",
+            y=names, x=[k * cell[n].compute_s for n in names], orientation="h",
             name="compute", legendgroup="compute", marker_color=COMPUTE_GREY,
-            hovertemplate="%{y}<br>compute %{x:.3g} ms<extra></extra>"), row=1, col=col)
+            hovertemplate=f"%{{y}}<br>compute %{{x:.3g}} {unit}<extra></extra>"),
+            row=1, col=col)
         for transport in dict.fromkeys(cell[n].transport for n in names):
             mine = [n for n in names if cell[n].transport == transport]
             fig.add_trace(go.Bar(
-                y=mine, x=[1e3 * cell[n].exposed_comm_s for n in mine], orientation="h",
+                y=mine, x=[k * cell[n].exposed_comm_s for n in mine], orientation="h",
                 name=f"exposed communication, {transport_name(transport)}",
                 legendgroup=f"exposed {transport}", marker_color=transport_colour(transport),
-                hovertemplate="%{y}<br>exposed communication %{x:.3g} ms<extra></extra>"),
+                hovertemplate=f"%{{y}}<br>exposed communication %{{x:.3g}} {unit}"
+                              "<extra></extra>"),
                 row=1, col=col)
         coded = [n for n in names if cell[n].encode_decode_s > 0]
         if coded:
             fig.add_trace(go.Scatter(
-                y=coded, x=[1e3 * cell[n].encode_decode_s for n in coded], mode="markers",
+                y=coded, x=[k * cell[n].encode_decode_s for n in coded], mode="markers",
                 name=CODEC_NAME, legendgroup="codec",
                 marker={"symbol": "line-ns", "size": 16, "color": "#000",
                         "line": {"width": 3, "color": "#000"}},
-                hovertemplate="%{y}<br>encode + decode %{x:.3g} ms<extra></extra>"),
+                hovertemplate=f"%{{y}}<br>encode + decode %{{x:.3g}} {unit}<extra></extra>"),
                 row=1, col=col)
     for col, top in enumerate(tops, start=1):   # the iteration, written at the end of its bar
         cell = {row_label(r): r for r in at if r.topology == top}
         names = [n for n in labels if n in cell]
-        ends = [1e3 * (cell[n].compute_s + cell[n].exposed_comm_s) for n in names]
+        ends = [k * (cell[n].compute_s + cell[n].exposed_comm_s) for n in names]
         fig.add_trace(go.Scatter(
-            y=names, x=ends, mode="text", text=[_ms(cell[n].iteration_s) for n in names],
+            y=names, x=ends, mode="text", text=[_ms(cell[n].iteration_s, unit) for n in names],
             textposition="middle right", textfont={"size": 11, "color": "#444"},
             showlegend=False, hoverinfo="skip", name="iteration"), row=1, col=col)
         fig.update_xaxes(range=[0, 1.3 * max(ends + [1e-9])], row=1, col=col)
     fig.update_layout(barmode="stack", height=230 + 28 * len(labels), bargap=0.25)
     fig.update_yaxes(categoryorder="array", categoryarray=labels, autorange="reversed",
                      automargin=True)
-    style(fig, f"One iteration at {world_size} GPUs: compute and exposed communication (ms)",
-          "ms per iteration", "")
+    style(fig, f"One iteration at {world_size} GPUs: compute and exposed communication ({unit})",
+          f"{unit} per iteration", "")
     _legend_once(fig)
     return fig
 
 
-def _ms(seconds: float) -> str:
-    """``"147 ms"``, ``"7,150 ms"``, ``"4.2 ms"``: three significant figures, no exponent."""
-    ms = 1e3 * seconds
-    return f"{ms:,.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
+def _time_unit(longest_s: float) -> tuple[float, str]:
+    """(scale, unit) of a time axis whose longest time is ``longest_s`` seconds: ms below 10 s."""
+    return (1e3, "ms") if longest_s < 10 else (1.0, "s")
+
+
+def _ms(seconds: float, unit: str = "ms") -> str:
+    """``"147 ms"``, ``"7,150 ms"``, ``"4.2 ms"`` (or in s): 3 significant figures, no exponent."""
+    v = seconds * (1e3 if unit == "ms" else 1.0)
+    return f"{v:,.0f} {unit}" if v >= 100 else f"{v:.3g} {unit}"
 
 
 def _tint(colour: str, share: float, towards: str = "#ffffff") -> str:
@@ -383,26 +377,28 @@ def timeline_figure(prediction, label: str = ""):
     fig = go.Figure()
     buckets = prediction.buckets
     colour = transport_colour(prediction.transport)
+    k, unit = _time_unit(prediction.iteration_s)
     shades = {"waiting for the stream": "#f2f2f2", "encode": _tint(colour, 0.6),
               "collective": colour, "decode": _tint(colour, 0.4, "#000000")}
     for start, end, name in TIMELINE_PHASES:
         fig.add_trace(go.Bar(
             y=[f"bucket {b.index}" for b in buckets],
-            x=[1e3 * max(getattr(b, end) - getattr(b, start), 0.0) for b in buckets],
-            base=[1e3 * getattr(b, start) for b in buckets], orientation="h", name=name,
+            x=[k * max(getattr(b, end) - getattr(b, start), 0.0) for b in buckets],
+            base=[k * getattr(b, start) for b in buckets], orientation="h", name=name,
             marker={"color": shades[name], "line": {"color": "#999", "width": 0.5}},
-            hovertemplate="%{y}<br>" + name + ": %{base:.3g} ms + %{x:.3g} ms<extra></extra>",
+            hovertemplate="%{y}<br>" + name + f": %{{base:.3g}} {unit} + %{{x:.3g}} {unit}"
+                          "<extra></extra>",
         ))
-    fig.add_trace(go.Bar(y=["compute"], x=[1e3 * prediction.forward_s], base=[0.0],
+    fig.add_trace(go.Bar(y=["compute"], x=[k * prediction.forward_s], base=[0.0],
                          orientation="h", name="forward", marker_color="#e0e0e0"))
-    fig.add_trace(go.Bar(y=["compute"], x=[1e3 * prediction.backward_s],
-                         base=[1e3 * prediction.forward_s], orientation="h", name="backward",
+    fig.add_trace(go.Bar(y=["compute"], x=[k * prediction.backward_s],
+                         base=[k * prediction.forward_s], orientation="h", name="backward",
                          marker_color="#a8a8a8"))
-    fig.add_vline(x=1e3 * prediction.iteration_s, line_dash="dash",
-                  annotation_text=f"iteration ends: {1e3 * prediction.iteration_s:.3g} ms")
+    fig.add_vline(x=k * prediction.iteration_s, line_dash="dash",
+                  annotation_text=f"iteration ends: {_ms(prediction.iteration_s, unit)}")
     fig.update_layout(barmode="overlay", height=max(320, 200 + 26 * (len(buckets) + 1)))
     fig.update_yaxes(autorange="reversed", automargin=True)
     what = label or (f"{config_label(prediction.transport, prediction.bits)} at "
                      f"{prediction.world_size} GPUs on {prediction.topology}")
     return style(fig, "One iteration, bucket by bucket: when each gradient bucket is encoded, "
-                 f"sent and decoded<br>{wrap(what, 70)}", "ms since the start of forward", "")
+                 f"sent and decoded<br>{wrap(what, 70)}", f"{unit} since the start of forward", "")

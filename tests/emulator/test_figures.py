@@ -203,4 +203,8 @@ def test_validation_figures():
                                            "allreduce emulator", "allreduce error"]
     err = next(t for t in both.data if t.name == "allreduce error")
     assert list(err.y) == pytest.approx([0.1, -0.05])
-    assert "on switch:4: held-out median |error| 5.0%, max 10.0%" in both.layout.title.text
+    assert "on switch:4: held-out median |error| 5.0%, max 10.0%" in \
+        both.layout.title.text.replace("<br>", " ")
+    # log axes at 1-2-5 steps with units, as every figure of the library
+    assert list(both.layout.xaxis2.ticktext) == ["1 MB", "2 MB", "5 MB"]
+    assert list(fig.layout.yaxis.ticktext) == ["10 ms", "20 ms", "50 ms"]
