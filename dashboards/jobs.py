@@ -291,11 +291,15 @@ def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size:
     return os.path.join(cache_dir, "traces", f"{safe}-{bits}b-d{bucket_size}.json")
 
 
-def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
+def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
+             variance: bool = True):
     """The PayloadTrace of a study: the uploaded one, else ``qsgd.measure`` of the model here.
 
     A measured trace is kept under ``params["cache_dir"]/traces`` so that the next study of
-    the same model, bit width and bucket size starts at once.
+    the same model, bit width and bucket size starts at once. ``variance=False`` skips the
+    per-bucket quantization-variance records (half of measuring ResNet-50 on a CPU; a study
+    does not read them, a recommendation does): such a trace is cached under its own name,
+    and a cached trace with the records serves too.
     """
     import qsgd
 
@@ -309,13 +313,18 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress):
     cache = _trace_cache_path(params.get("cache_dir"), params["model"], bits, params["bucket_size"])
     if cache and os.path.exists(cache):
         return qsgd.PayloadTrace.load(cache)
+    if cache and not variance:
+        cache = cache[:-len(".json")] + "-novariance.json"
+        if os.path.exists(cache):
+            return qsgd.PayloadTrace.load(cache)
     progress(0, 1, f"measuring {params['model']} gradients with {bits}-bit QSGD on this CPU")
     try:
         cfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=int(params["bucket_size"]))
         model = qsgd.build_model(params["model"])
     except ValueError as exc:
         raise DashboardError(f"whatif-model: {params['model']!r}: {exc}") from None
-    trace = qsgd.measure(model, cfg, iterations=2, batch_size=2, device="cpu", seed=0)
+    trace = qsgd.measure(model, cfg, iterations=2, batch_size=2, device="cpu", seed=0,
+                         **({} if variance else {"variance_bits": ()}))
     if cache:
         trace.save(cache)  # atomic: two tabs measuring at once never read half a file
     return trace
@@ -343,7 +352,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     ``cache_dir``). The timeline is the one the study kept of its best configuration
     (:meth:`emulator.Study.best`).
     """
-    trace = workload(params, progress)
+    trace = workload(params, progress, variance=False)
     spec = _topology_spec(params)
     # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
     dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]
