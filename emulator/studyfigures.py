@@ -177,7 +177,9 @@ def headline_figure(rows: Sequence):
 
     The lines are coloured as their baseline transport (fp32, fp16); each point's marker is
     the winning QSGD configuration (colour its transport, symbol its width), named in the
-    legend and in the hover text; the speedups are written on the points.
+    legend and in the hover text; each line's speedup is written at its last point (the most
+    GPUs) and at its best. The y axis spans at least 0.9x..1.1x, so that a few per cent
+    either side of break-even looks like what it is.
 
     Parameters
     ----------
