@@ -178,7 +178,7 @@ def headline_figure(rows: Sequence):
     The lines are coloured as their baseline transport (fp32, fp16); each point's marker is
     the winning QSGD configuration (colour its transport, symbol its width), named in the
     legend and in the hover text; each line's speedup is written at its last point (the most
-    GPUs) and at its best. The y axis spans at least 0.9x..1.1x, so that a few per cent
+    GPUs) and at its best where that is above 1.0x. The y axis spans at least 0.9x..1.1x, so that a few per cent
     either side of break-even looks like what it is.
 
     Parameters
@@ -207,25 +207,28 @@ def headline_figure(rows: Sequence):
                                       or r.iteration_s < best[r.world_size].iteration_s):
                 best[r.world_size] = r
         win = [best[w] for w in sorted(best)]
-        for rank, (base, key, pos) in enumerate((("fp32", "speedup_vs_fp32", "top center"),
-                                                 ("fp16", "speedup_vs_fp16", "bottom center"))):
+        for rank, (base, key, pos) in enumerate((("fp32", "speedup_vs_fp32", "top left"),
+                                                 ("fp16", "speedup_vs_fp16", "bottom left"))):
             pts = [(r, getattr(r, key)) for r in win if getattr(r, key, None) is not None]
             if not pts:
                 continue
             speeds += [s for _, s in pts]
             name = f"best QSGD over {transport_name(base)}"
-            # written on the line: its last point (the most GPUs) and its best; a value that
-            # reads the same over fp32 is written once (the fp32 line's); hover for the rest
+            # written on the line: its last point (the most GPUs) and its best where QSGD
+            # pays; a value that reads the same over fp32 is written once (the fp32 line's);
+            # hover for the rest
             ys = [s for _, s in pts]
-            keep = {len(pts) - 1, ys.index(max(ys))}
+            keep = {len(pts) - 1} | ({ys.index(max(ys))} if max(ys) > 1 else set())
             text = [f"{s:.2f}x" if i in keep and (
                 base == "fp32" or getattr(r, "speedup_vs_fp32", None) is None
                 or f"{s:.2f}" != f"{r.speedup_vs_fp32:.2f}") else ""
                 for i, (r, s) in enumerate(pts)]
             fig.add_trace(go.Scatter(
                 x=[r.world_size for r, _ in pts], y=[s for _, s in pts], name=name,
-                legendgroup=name, legendrank=1 + rank, mode="lines+text",
+                legendgroup=name, legendrank=1 + rank, mode="lines+markers+text",
                 line={"color": transport_colour(base), "width": 2.5},
+                # markers as big as the winners' but unseen: the text clears those
+                marker={"size": 13, "color": "rgba(0,0,0,0)"},
                 text=text, textposition=pos,
                 textfont={"size": 11, "color": transport_colour(base)},
                 customdata=[row_label(r) for r, _ in pts],

@@ -86,13 +86,14 @@ class ProgressBar:
         self.clock = clock or time.perf_counter
         self.t0 = self.clock()
         self._state = (0, 1, None)
+        self._counted = False           # no count yet: the first task may report before it
         self._shown = 0                 # terminal: length of the line on screen
         self._last_line = None          # log: when the last line was written
         self._last_done = None          # log: the count of the last line
 
     def __call__(self, done: int, total: int, eta_s: float | None = None) -> None:
         """``done`` of ``total`` tasks finished; ``eta_s`` seconds estimated to go."""
-        self._state = (done, total, eta_s)
+        self._state, self._counted = (done, total, eta_s), True
         if self.tty:
             self._draw("")
             if done >= total:
@@ -121,14 +122,18 @@ class ProgressBar:
     def _line(self, text: str, now: float | None = None) -> None:
         now = self.clock() if now is None else now
         done, total, status = self._status(now)
-        self._last_line, self._last_done = now, done
-        self.stream.write(f"{self.label} {done}/{total} tasks, {status}"
-                          + (f" | {text}" if text else "") + "\n")
+        self._last_line = now
+        counts = "starting"
+        if self._counted:
+            self._last_done, counts = done, f"{done}/{total} tasks"
+        self.stream.write(f"{self.label} {counts}, {status}" + (f" | {text}" if text else "")
+                          + "\n")
 
     def _draw(self, text: str) -> None:
         done, total, status = self._status(self.clock())
         filled = self.width * done // max(total, 1)
-        line = (f"{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {done}/{total} "
+        counts = f"{done}/{total}" if self._counted else "starting"
+        line = (f"{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {counts} "
                 f"{status}" + (f" | {text}" if text else ""))
         line = line[:self.columns]
         self.stream.write("\r" + line + " " * max(0, self._shown - len(line)))

@@ -95,7 +95,7 @@ def test_headline_shows_the_best_qsgd_speedup_against_fp32_and_fp16_per_topology
                                 else 0.9 * r.speedup_vs_fp32) for r in _rows()]
     rows += [dataclasses.replace(r, topology="u") for r in rows]
     fig = figures.headline_figure(rows)
-    lines = {(t.name, t.xaxis): t for t in fig.data if t.mode == "lines+text"}
+    lines = {(t.name, t.xaxis): t for t in fig.data if t.mode == "lines+markers+text"}
     assert set(lines) == {(f"best QSGD over {b} allreduce", x) for b in ("fp32", "fp16")
                           for x in ("x", "x2")}
     # the fastest QSGD row of each size: 8-bit and 4-bit tie on speed at 8 GPUs (the first)

@@ -38,6 +38,7 @@ def test_in_a_log_one_line_per_finished_task_and_at_most_one_per_interval_betwee
     out, clock = io.StringIO(), Clock()
     bar = ProgressBar("study", stream=out, clock=clock)
     assert bar.tty is False                     # a StringIO is not a terminal
+    bar.detail("measuring")                     # before the study counts its tasks
     bar(0, 3, None)
     for t in range(1, 100):                     # a task reporting 10 times a second for 9.9 s
         clock.now = t / 10
@@ -53,7 +54,8 @@ def test_in_a_log_one_line_per_finished_task_and_at_most_one_per_interval_betwee
     clock.now = 30.0
     bar(3, 3, 0.0)
     lines = out.getvalue().splitlines()
-    assert lines == ["study 0/3 tasks, 0.0 s",
+    assert lines == ["study starting, 0.0 s | measuring",
+                     "study 0/3 tasks, 0.0 s",
                      "study 0/3 tasks, 12.0 s | step 120",
                      "study 1/3 tasks, 15.0 s, ~60 s left",
                      "study 2/3 tasks, 15.5 s, ~3 min left",
