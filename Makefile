@@ -37,7 +37,10 @@ venv: $(TEST_STAMP)
 run: $(STAMP)
 	$(BIN)/qsgd-emu demo
 
+# Debian's chromium (browser tests) and ip/tc (testbed tests) are installed with apt-get when
+# missing and running as root (NO_APT=1: not); otherwise one line says which tests will skip.
 test: $(TEST_STAMP)
+	@bash scripts/test-setup.sh
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 bench: $(STAMP)

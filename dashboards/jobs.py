@@ -294,12 +294,13 @@ def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size:
 
 #: the largest model the what-if page measures on this CPU: fp32 weights, gradients and SGD
 #: momentum take 12 bytes a parameter (4.8 GB here) before any activation; larger models (GPT-2
-#: large, Llama) are measured on a GPU (``qsgd-emu measure``) and their trace uploaded.
+#: large, Llama) are recorded on the meta device, or measured on a GPU (``qsgd-emu measure``)
+#: and their trace uploaded.
 CPU_MEASURE_MAX_PARAMETERS = 400_000_000
 
 
 def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
-             run: bool = False):
+             run: bool = False, variance: bool = True):
     """The PayloadTrace of a study: the uploaded one, else the model's.
 
     The model's is its layout and operators recorded on the meta device (no step runs, any
@@ -307,6 +308,9 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
     ``"measured"``, ``qsgd.measure`` of real steps on this CPU (real gradients: their
     variance, the codec's seconds here), kept under ``params["cache_dir"]/traces`` so that
     the next study of the same model, bit width and bucket size starts at once.
+    ``variance=False`` skips the per-bucket quantization-variance records of a measurement
+    (half of measuring ResNet-50 on a CPU; a study does not read them, a recommendation does):
+    such a trace is cached under its own name, and a cached trace with the records serves too.
     """
     import qsgd
 
@@ -327,6 +331,10 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
     cache = _trace_cache_path(params.get("cache_dir"), params["model"], bits, params["bucket_size"])
     if cache and os.path.exists(cache):
         return qsgd.PayloadTrace.load(cache)
+    if cache and not variance:
+        cache = cache[:-len(".json")] + "-novariance.json"
+        if os.path.exists(cache):
+            return qsgd.PayloadTrace.load(cache)
     progress(0, 1, f"measuring {params['model']} gradients with {bits}-bit QSGD on this CPU")
     import torch
 
@@ -343,7 +351,8 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
                              f"{CPU_MEASURE_MAX_PARAMETERS:,} this page measures on a CPU; measure it on "
                              f"a GPU with 'qsgd-emu measure' and upload the trace")
     model = qsgd.build_model(params["model"])
-    trace = qsgd.measure(model, cfg, iterations=2, batch_size=2, device="cpu", seed=0)
+    trace = qsgd.measure(model, cfg, iterations=2, batch_size=2, device="cpu", seed=0,
+                         **({} if variance else {"variance_bits": ()}))
     if cache:
         trace.save(cache)  # atomic: two tabs measuring at once never read half a file
     return trace
@@ -371,7 +380,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     ``cache_dir``). The timeline is the one the study kept of its best configuration
     (:meth:`emulator.Study.best`).
     """
-    trace = workload(params, progress)
+    trace = workload(params, progress, variance=False)
     spec = _topology_spec(params)
     # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
     dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]

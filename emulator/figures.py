@@ -3,9 +3,14 @@ and the dashboard.
 
 Inputs are the typed results (:class:`~emulator.StudyRow`, :class:`~emulator.Prediction`) or
 the points and training rows of a :class:`~emulator.ValidationReport`; the output is a
-``plotly.graph_objects.Figure``. Nothing here simulates or reads files. Units on the axes are
-those of the inputs: seconds, bytes, samples/s. plotly is imported by the functions, so
-``import emulator`` stays cheap.
+``plotly.graph_objects.Figure``. Nothing here simulates or reads files. plotly is imported by
+the functions, so ``import emulator`` stays cheap.
+
+The study figures (:func:`headline_figure`, :func:`scaling_figure`, :func:`breakdown_figure`,
+:func:`timeline_figure`) live in :mod:`emulator.studyfigures` and the look they share (colour
+= transport, dash and marker = bit width, 1-2-5 log ticks with units, wrapped titles) in
+:mod:`emulator.figstyle`; this module is their one public face, with the validation and
+recommendation figures.
 
 >>> from emulator import figures
 >>> figures.message_figure("no study yet", "scaling").layout.annotations[0].text
@@ -16,39 +21,24 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
-__all__ = ["PALETTE", "SCALING_METRICS", "BREAKDOWN_PARTS", "TIMELINE_PHASES", "series_label",
-           "style", "message_figure", "scaling_figure", "breakdown_figure", "timeline_figure",
-           "validation_figure", "validation_scatter", "COMPARISON_PHASES", "timeline_comparison",
-           "recommend_front_figure", "recommend_bits_figure"]
+from emulator.figstyle import (BIT_DASHES, BIT_SYMBOLS, TRANSPORT_COLOURS, config_label,
+                               log_axis, log_ticks, message_figure, series_style, style, wrap)
+from emulator.studyfigures import (BREAKDOWN_PARTS, SCALING_METRICS, TIMELINE_PHASES,
+                                   breakdown_figure, headline_figure, row_label, scaling_figure,
+                                   timeline_figure)
 
-#: Colour cycle shared by every figure, so a series keeps its colour across figures.
+__all__ = ["PALETTE", "TRANSPORT_COLOURS", "BIT_DASHES", "BIT_SYMBOLS", "SCALING_METRICS",
+           "BREAKDOWN_PARTS", "TIMELINE_PHASES", "series_style", "config_label", "row_label",
+           "log_ticks", "style", "message_figure", "headline_figure", "scaling_figure",
+           "breakdown_figure", "timeline_figure", "validation_figure", "validation_scatter",
+           "COMPARISON_PHASES", "timeline_comparison", "recommend_front_figure",
+           "recommend_bits_figure"]
+
+#: Colour cycle of the figures whose series are not configurations (validation ops, the
+#: recommendation's points); study figures colour by transport (:data:`TRANSPORT_COLOURS`).
 PALETTE = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)
-
-#: Scaling metrics: StudyRow field -> (axis title, log axis?).
-SCALING_METRICS: dict[str, tuple[str, bool]] = {
-    "throughput_samples_s": ("throughput (samples/s)", True),
-    "speedup_vs_fp32": ("speedup over fp32 allreduce (x)", False),
-    "iteration_s": ("iteration time (s)", True),
-    "scaling_efficiency": ("scaling efficiency", False),
-    "bytes_per_gpu": ("bytes per GPU per iteration (bytes)", True),
-}
-
-#: Parts of one iteration, in stacking order: StudyRow field -> legend name. Compute and the
-#: exposed communication add up to the iteration; the codec time is partly hidden behind them.
-BREAKDOWN_PARTS: dict[str, str] = {
-    "compute_s": "compute",
-    "exposed_comm_s": "exposed communication",
-}
-
-#: Phases of one bucket in a timeline: (start field, end field, legend name).
-TIMELINE_PHASES: tuple[tuple[str, str, str], ...] = (
-    ("ready_s", "start_s", "waiting for the stream"),
-    ("start_s", "encode_end_s", "encode"),
-    ("encode_end_s", "comm_end_s", "collective"),
-    ("comm_end_s", "end_s", "decode"),
 )
 
 
@@ -56,142 +46,6 @@ def _go():
     import plotly.graph_objects as go
 
     return go
-
-
-def style(fig, title: str, xaxis: str, yaxis: str):
-    """The library's look: white template, titled axes, legend below the plot."""
-    fig.update_layout(
-        title={"text": title}, xaxis_title=xaxis, yaxis_title=yaxis, template="plotly_white",
-        margin={"l": 60, "r": 20, "t": 50, "b": 50}, legend={"orientation": "h", "y": -0.2},
-    )
-    return fig
-
-
-def message_figure(text: str, title: str = ""):
-    """An empty figure that says why it is empty (no data yet, bad input, ...)."""
-    fig = _go().Figure()
-    fig.update_layout(
-        title={"text": title}, template="plotly_white", xaxis={"visible": False},
-        yaxis={"visible": False},
-        annotations=[{"text": text, "showarrow": False, "xref": "paper", "yref": "paper",
-                      "x": 0.5, "y": 0.5, "font": {"size": 14}}],
-    )
-    return fig
-
-
-def series_label(row, *, with_topology: bool = True) -> str:
-    """Legend label of one configuration: ``fp32``, ``qsgd_allgather 4-bit @ switch:{n}``."""
-    label = row.label
-    if with_topology:
-        label += f" @ {row.topology}"
-    return label
-
-
-def _series(rows) -> dict[str, list]:
-    rows = list(rows)
-    with_topology = len({r.topology for r in rows}) > 1
-    out: dict[str, list] = defaultdict(list)
-    for row in rows:
-        out[series_label(row, with_topology=with_topology)].append(row)
-    return dict(out)
-
-
-def _gpu_axis(fig, sizes: Sequence[int]) -> None:
-    """A log axis of GPUs ticked at exactly the world sizes studied."""
-    sizes = sorted(set(sizes))
-    fig.update_xaxes(type="log", tickmode="array", tickvals=sizes, ticktext=[str(s) for s in sizes])
-
-
-def scaling_figure(rows: Sequence, metric: str = "throughput_samples_s"):
-    """Scaling curves: one line per (configuration, topology), ``metric`` against GPUs.
-
-    Parameters
-    ----------
-    rows : sequence of StudyRow
-    metric : str
-        A key of :data:`SCALING_METRICS`.
-    """
-    if metric not in SCALING_METRICS:
-        raise ValueError(f"metric: unknown scaling metric {metric!r}; known: {sorted(SCALING_METRICS)}")
-    go = _go()
-    ytitle, ylog = SCALING_METRICS[metric]
-    fig = go.Figure()
-    usable = [r for r in rows if getattr(r, metric) is not None]
-    for i, (label, series) in enumerate(sorted(_series(usable).items())):
-        series = sorted(series, key=lambda r: r.world_size)
-        fig.add_trace(go.Scatter(
-            x=[r.world_size for r in series], y=[getattr(r, metric) for r in series],
-            mode="lines+markers", name=label, line={"color": PALETTE[i % len(PALETTE)]},
-            hovertemplate="%{x} GPUs<br>%{y:.4g}<extra>" + label + "</extra>",
-        ))
-    style(fig, ytitle.split(" (")[0] + " vs GPUs", "GPUs", ytitle)
-    _gpu_axis(fig, [r.world_size for r in usable])
-    if ylog:
-        fig.update_yaxes(type="log")
-    if not usable:
-        fig.add_annotation(text="no rows", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-    return fig
-
-
-def breakdown_figure(rows: Sequence, world_size: int | None = None):
-    """Stacked bars of one iteration (seconds): compute and exposed communication, with the
-    codec's total (partly hidden behind them) as markers; one bar per configuration at
-    ``world_size`` (the largest in ``rows`` by default)."""
-    go = _go()
-    fig = go.Figure()
-    sizes = sorted({r.world_size for r in rows})
-    if not sizes:
-        return style(fig, "iteration time breakdown", "configuration", "time (s)")
-    if world_size is None:
-        world_size = sizes[-1]
-    series = sorted(_series([r for r in rows if r.world_size == world_size]).items())
-    labels = [label for label, _ in series]
-    for i, (key, name) in enumerate(BREAKDOWN_PARTS.items()):
-        fig.add_trace(go.Bar(
-            x=labels, y=[float(getattr(s[0], key)) for _, s in series], name=name,
-            marker_color=PALETTE[i], hovertemplate="%{x}<br>" + name + ": %{y:.4g} s<extra></extra>",
-        ))
-    fig.add_trace(go.Scatter(
-        x=labels, y=[float(s[0].encode_decode_s) for _, s in series], mode="markers",
-        name="encode/decode (total, partly hidden)", marker={"symbol": "diamond", "size": 10,
-                                                             "color": PALETTE[2]}))
-    fig.update_layout(barmode="stack")
-    return style(fig, f"iteration time breakdown at {world_size} GPUs", "configuration",
-                   "time (s)")
-
-
-def timeline_figure(prediction, label: str = ""):
-    """Per-bucket timeline of one iteration (a Gantt chart, seconds from the start of forward).
-
-    Parameters
-    ----------
-    prediction : Prediction
-        From :func:`emulator.replay` (or :meth:`Study.prediction`).
-    label : str
-        Names the configuration in the title.
-    """
-    go = _go()
-    fig = go.Figure()
-    buckets = prediction.buckets
-    for i, (start, end, name) in enumerate(TIMELINE_PHASES):
-        fig.add_trace(go.Bar(
-            y=[f"bucket {b.index}" for b in buckets],
-            x=[max(getattr(b, end) - getattr(b, start), 0.0) for b in buckets],
-            base=[getattr(b, start) for b in buckets], orientation="h", name=name,
-            marker_color=PALETTE[(i + 3) % len(PALETTE)],
-            hovertemplate="%{y}<br>" + name + ": %{base:.4g} s + %{x:.4g} s<extra></extra>",
-        ))
-    fig.add_trace(go.Bar(y=["compute"], x=[prediction.forward_s], base=[0.0], orientation="h",
-                         name="forward", marker_color=PALETTE[0]))
-    fig.add_trace(go.Bar(y=["compute"], x=[prediction.backward_s], base=[prediction.forward_s],
-                         orientation="h", name="backward", marker_color=PALETTE[1]))
-    fig.add_vline(x=prediction.iteration_s, line_dash="dash", annotation_text="iteration end")
-    fig.update_layout(barmode="overlay")
-    fig.update_yaxes(autorange="reversed")
-    title = label or (f"{prediction.transport} at {prediction.world_size} GPUs on "
-                      f"{prediction.topology}")
-    return style(fig, f"timeline of one iteration: {title}", "time since start of forward (s)",
-                   "bucket")
 
 
 def validation_figure(points: Sequence[Mapping[str, Any]], topology: str = "",
@@ -227,14 +81,16 @@ def validation_figure(points: Sequence[Mapping[str, Any]], topology: str = "",
         fig.add_trace(go.Scatter(x=x, y=[p["rel_error"] for p in pts], name=f"{op} error",
                                  mode="lines+markers", line={"color": c}, showlegend=False),
                       row=2, col=1)
-    title = f"emulator vs measured on {topology}" if topology else "emulator vs measured"
+    title = wrap(f"emulator vs measured on {topology}" if topology else "emulator vs measured", 60)
     med = (summary or {}).get("median_abs_rel_error")
     if med is not None:
-        title += f": held-out median |error| {med:.1%}, max {summary['max_abs_rel_error']:.1%}"
-    fig.update_layout(title=title, template="plotly_white", height=640)
-    fig.update_xaxes(type="log", title_text="message size (bytes, nccl-tests convention)", row=2, col=1)
-    fig.update_xaxes(type="log", row=1, col=1)
-    fig.update_yaxes(type="log", title_text="time (s)", row=1, col=1)
+        title += f":<br>held-out median |error| {med:.1%}, max {summary['max_abs_rel_error']:.1%}"
+    style(fig, title, "", "time (s)")
+    fig.update_layout(height=640)
+    log_axis(fig, [p["bytes"] for p in points], "B", "x")
+    fig.update_xaxes(title_text="message size (bytes, nccl-tests convention)", row=2, col=1)
+    log_axis(fig, [p.get(k) for p in points for k in ("measured_s", "predicted_s")], "s",
+             row=1, col=1)
     fig.update_yaxes(title_text="(pred - meas) / meas", tickformat=".0%", row=2, col=1)
     return fig
 
@@ -262,8 +118,9 @@ def validation_scatter(points: Sequence[Mapping[str, Any]]):
         fig.add_trace(go.Scatter(x=[lo, hi], y=[lo, hi], mode="lines", name="y = x",
                                  line={"color": "black", "dash": "dot"}))
     style(fig, "predicted vs measured", "measured time (s)", "predicted time (s)")
-    fig.update_xaxes(type="log")
-    fig.update_yaxes(type="log")
+    if values:
+        log_axis(fig, [lo, hi], "s", "x")
+        log_axis(fig, [lo, hi], "s", "y")
     return fig
 
 
@@ -341,11 +198,13 @@ def timeline_comparison(row: Mapping[str, Any]):
     if row.get("measured_s") is not None and row.get("predicted_s") is not None:
         title += (f" (step measured {1e3 * row['measured_s']:.1f} ms, emulator "
                   f"{1e3 * row['predicted_s']:.1f} ms)")
-    fig.update_layout(title={"text": title}, barmode="overlay", template="plotly_white",
-                      height=120 + 40 * max(len(sides[0][1]), len(sides[1][1]), 1),
-                      legend={"orientation": "h", "y": -0.2}, margin={"l": 70, "r": 20, "t": 70})
+    for ann in fig.layout.annotations[:2]:      # the panel titles, above the lines' labels
+        ann.yshift = 16
+    style(fig, wrap(title, 90), "ms from the start of the step", "")
+    fig.update_layout(barmode="overlay",
+                      height=160 + 40 * max(len(sides[0][1]), len(sides[1][1]), 1))
+    fig.update_layout(title_pad_b=fig.layout.title.pad.b + 16)
     fig.update_yaxes(autorange="reversed")
-    fig.update_xaxes(title_text="ms from the start of the step")
     return fig
 
 
@@ -378,8 +237,8 @@ def recommend_front_figure(rec: Mapping[str, Any]):
     x, y, text = pts([rec["best"]])
     fig.add_scatter(x=x, y=y, text=text, mode="markers", name="recommended",
                     marker={"symbol": "star", "size": 16, "color": PALETTE[3]})
-    fig.update_xaxes(type="log")
-    return style(fig, f"Pareto front at {rec['world_size']} GPUs on {rec['topology']}",
+    log_axis(fig, [c["variance"] for c in rec["front"] + [rec["best"]]], "", "x")
+    return style(fig, wrap(f"Pareto front at {rec['world_size']} GPUs on {rec['topology']}", 60),
                  "gradient variance increase (relative)", "speedup over fp32 allreduce (x)")
 
 

@@ -1,4 +1,6 @@
-"""What-if page: QSGD on a chosen cluster, scaling curves, iteration breakdown, Gantt chart.
+"""What-if page: QSGD on a chosen cluster: where it pays (the report's headline figure), scaling
+and speedup curves, the iteration breakdown and one iteration's timeline; the same figure
+functions as ``report.html`` (:mod:`emulator.figures`).
 
 The inputs mirror ``qsgd-emu study``: a topology (a preset or spec, or an uploaded topology
 file), a model (measured here) or an uploaded PayloadTrace, bit widths, bucket size,
@@ -115,20 +117,21 @@ def rows_csv(rows: list[Mapping[str, Any]]) -> str:
 
 
 def draw(results: Mapping[str, Any] | None, metric: str) -> tuple:
-    """Scaling, speedup, breakdown and Gantt figures for a job's results."""
+    """Headline, scaling, speedup, breakdown and timeline figures for a job's results."""
     if not results or not results.get("rows"):
         msg = "press Run to start a study"
-        return (figures.message_figure(msg, "scaling"), figures.message_figure(msg, "speedup"),
-                figures.message_figure(msg, "breakdown"), figures.message_figure(msg, "timeline"))
+        return tuple(figures.message_figure(msg, title) for title in
+                     ("where QSGD pays", "scaling", "speedup", "breakdown", "timeline"))
     import emulator
 
     rows = [emulator.StudyRow.from_dict(r) for r in results["rows"]]
     gantt = results.get("gantt")
-    return (emulator.figures.scaling_figure(rows, metric),
-            emulator.figures.scaling_figure(rows, "speedup_vs_fp32"),
-            emulator.figures.breakdown_figure(rows),
-            emulator.figures.timeline_figure(emulator.Prediction.from_dict(gantt),
-                                             gantt.get("label", ""))
+    lib = emulator.figures
+    return (lib.headline_figure(rows),
+            lib.scaling_figure(rows, metric),
+            lib.scaling_figure(rows, "speedup_vs_fp32"),
+            lib.breakdown_figure(rows),
+            lib.timeline_figure(emulator.Prediction.from_dict(gantt))
             if gantt else figures.message_figure("no timeline"))
 
 
@@ -219,10 +222,11 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                                     for k in ("throughput_samples_s", "iteration_s",
                                               "scaling_efficiency", "bytes_per_gpu")]),
         ], className="row"),
-        html.Div([dcc.Graph(id="whatif-scaling", className="panel"),
-                  dcc.Graph(id="whatif-speedup", className="panel"),
-                  dcc.Graph(id="whatif-breakdown", className="panel"),
-                  dcc.Graph(id="whatif-gantt", className="panel")], className="grid"),
+        html.Div([dcc.Graph(id="whatif-headline", className="panel wide"),
+                  dcc.Graph(id="whatif-scaling", className="panel wide"),
+                  dcc.Graph(id="whatif-speedup", className="panel wide"),
+                  dcc.Graph(id="whatif-breakdown", className="panel wide"),
+                  dcc.Graph(id="whatif-gantt", className="panel wide")], className="grid"),
     ], id="whatif-page")
 
 
@@ -283,7 +287,8 @@ def register(app, ctx) -> None:
     def _clear(_n):
         return None, None, None, None
 
-    @app.callback(Output("whatif-scaling", "figure"), Output("whatif-speedup", "figure"),
+    @app.callback(Output("whatif-headline", "figure"),
+                  Output("whatif-scaling", "figure"), Output("whatif-speedup", "figure"),
                   Output("whatif-breakdown", "figure"), Output("whatif-gantt", "figure"),
                   Input("whatif-results", "data"), Input("whatif-metric", "value"))
     def _draw(results, metric):

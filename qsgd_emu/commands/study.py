@@ -15,12 +15,11 @@ import argparse
 import dataclasses
 import json
 import os
-import shutil
 import sys
-import time
 
 from qsgd_emu import computeargs
 from qsgd_emu.outputs import output_dir
+from qsgd_emu.progress import ProgressBar
 
 TRANSPORT_NAMES = ("fp32", "fp16", "qsgd_allgather", "qsgd_scatter_reduce_allgather")
 
@@ -85,46 +84,6 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
                              "first) to take longer, and say how to make it smaller")
     parser.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://host:8786")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
-
-
-class ProgressBar:
-    """A one-line progress bar on a stream (stderr): ``[#####     ] 3/6 tasks 1.2 s, ~40 s left``,
-    followed by how far the running task has come (:meth:`detail`)."""
-
-    def __init__(self, label: str, stream=None, width: int = 30, columns: int | None = None):
-        self.label, self.stream, self.width = label, stream or sys.stderr, width
-        # one line less than the terminal: a wrapped line would not be overwritten by \r
-        self.columns = columns or max(40, shutil.get_terminal_size().columns - 1)
-        self.t0 = time.perf_counter()
-        self._state = (0, 1, None)
-        self._shown = 0
-
-    def __call__(self, done: int, total: int, eta_s: float | None = None) -> None:
-        self._state = (done, total, eta_s)
-        self._draw("")
-        if done >= total:
-            self.stream.write("\n")
-            self._shown = 0
-        self.stream.flush()
-
-    def detail(self, text: str) -> None:
-        """Redraw the bar with ``text`` (the running task's progress) after it."""
-        self._draw(text)
-        self.stream.flush()
-
-    def _draw(self, text: str) -> None:
-        done, total, eta_s = self._state
-        filled = self.width * done // max(total, 1)
-        left = "" if eta_s is None or done >= total else f", ~{_duration(eta_s)} left"
-        line = (f"{self.label} [{'#' * filled}{' ' * (self.width - filled)}] {done}/{total} "
-                f"{time.perf_counter() - self.t0:.1f} s{left}" + (f" | {text}" if text else ""))
-        line = line[:self.columns]
-        self.stream.write("\r" + line + " " * max(0, self._shown - len(line)))
-        self._shown = len(line)
-
-
-def _duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
 def measure_trace(model: str, bits: int, batch_size: int | None, iterations: int, seed: int = 0):

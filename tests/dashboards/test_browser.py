@@ -14,6 +14,7 @@ from urllib.parse import urlparse
 import pytest
 
 from tests.dashboards.conftest import ROOT, qsgd_emu
+from tests.rendered import problems, read_figures
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -71,6 +72,17 @@ def upload(page, upload_id: str, name: str, data: bytes, mime="application/octet
                          files=[{"name": name, "mimeType": mime, "buffer": data}])
 
 
+def assert_readable(page) -> list[dict]:
+    """Every figure of the page reads cleanly as drawn (tests.rendered.problems): whole
+    titles, 1-2-5 log ticks, category labels apart, one meaning per colour, no two lines of
+    a panel alike, the legend clear of the axes."""
+    figs = [f for f in read_figures(page) if f["legend"] or f["axes"]]
+    assert figs
+    found = [p for f in figs for p in problems(f)]
+    assert found == [], found
+    return figs
+
+
 def test_every_page_opens_from_the_navigation(server, page):
     page.goto(server.url + "/")
     page.wait_for_selector("#whatif-page")
@@ -107,10 +119,17 @@ def test_whatif_study_in_two_tabs_with_url_state_and_download(server, page, brow
     fp32 = speed["names"].index(next(n for n in speed["names"] if n.startswith("fp32")))
     assert speed["ys"][fp32] == pytest.approx([1.0, 1.0])
     breakdown = figure(page, "whatif-breakdown")
-    assert breakdown["names"] == ["compute", "exposed communication",
-                                  "encode/decode (total, partly hidden)"]
+    assert breakdown["names"][:4] == [
+        "compute", "exposed communication, fp32 allreduce",
+        "exposed communication, QSGD all-gather",
+        "exposed communication, QSGD scatter-reduce-allgather"]
+    assert "encode + decode (total, partly hidden)" in breakdown["names"]
     gantt = figure(page, "whatif-gantt")
     assert "collective" in gantt["names"]
+    headline = wait_figure(page, "whatif-headline", lambda f: len(f["names"]) >= 2)
+    assert headline["names"][0] == "best QSGD over fp32 allreduce"
+    assert "best QSGD over fp16 allreduce" not in headline["names"]     # no fp16 in this study
+    assert_readable(page)
 
     # Switching the metric redraws without rerunning the study.
     page.click("#whatif-metric >> text=iteration time (s)")

@@ -92,8 +92,25 @@ def test_whatif_csv_and_empty_figures():
     assert text.splitlines() == ["world_size,bits,transport,extra", "2,32,fp32,",
                                  "4,4,qsgd_allgather,1.5"]
     figs = whatif.draw(None, "throughput_samples_s")
-    assert len(figs) == 4
+    assert len(figs) == 5
     assert all(f.layout.annotations[0].text == "press Run to start a study" for f in figs)
+
+
+def test_whatif_measures_without_variance_records_and_reuses_a_trace_with_them(tmp_path):
+    """A study reads no quantization-variance records, so the What-if's measurement skips
+    them (half of measuring ResNet-50 on a CPU); a recommendation needs them and never gets
+    a trace without them, while a What-if reuses a trace that has them."""
+    params = dict(model="mlp", bits=[32, 4], bucket_size=512, cache_dir=str(tmp_path))
+    quick = jobs.workload(params, variance=False)
+    assert all(b.variance is None for b in quick.buckets)
+    traces = tmp_path / "traces"
+    assert sorted(p.name for p in traces.iterdir()) == ["mlp-4b-d512-novariance.json"]
+    full = jobs.workload(params)                                # as the Recommend page asks
+    assert all(b.variance is not None for b in full.buckets)
+    assert sorted(p.name for p in traces.iterdir()) == ["mlp-4b-d512-novariance.json",
+                                                        "mlp-4b-d512.json"]
+    again = jobs.workload(params, variance=False)                # the full one serves a study
+    assert all(b.variance is not None for b in again.buckets)
 
 
 # --- topology --------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import json
 import re
+import shutil
 from html.parser import HTMLParser
 
 import pytest
@@ -23,6 +24,7 @@ from emulator.compute import ComputeModel
 from emulator import Study, StudyConfig, read_study, run_study, topology_for
 from emulator.studyresult import COLUMNS, write_csv, write_json
 from tests.emulator.test_replay_limits import BUCKETS, make_trace
+from tests.rendered import problems, read_figures
 
 TRACE = make_trace()
 SPECS = ("switch:{N}", "cluster:dgx_a100x{N}")
@@ -200,24 +202,6 @@ def test_tasks_report_how_far_they_have_come_serial_and_in_processes(rows):
     assert counts == list(range(1, len(counts) + 1))
 
 
-def test_progress_bar_shows_the_running_task_on_one_line():
-    import io
-
-    from qsgd_emu.commands.study import ProgressBar
-
-    out = io.StringIO()
-    bar = ProgressBar("study", stream=out, width=10, columns=60)
-    bar(1, 4, 30.0)
-    bar.detail("switch:{n} at 8 GPUs, fp32: fp32 32-bit (1/1), 3 collectives simulated, last x")
-    bar(2, 4, 20.0)
-    lines = out.getvalue().split("\r")[1:]
-    assert "~30 s left | switch:{n} at 8 G" in lines[1] and len(lines[1]) == 60
-    assert lines[2].startswith("study [#####     ] 2/4") and "|" not in lines[2]
-    assert len(lines[2]) == 60          # padded over the longer line before it
-    bar(4, 4, 0.0)
-    assert out.getvalue().endswith("\n") and "\n" not in out.getvalue()[:-1]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_real_local_dask_cluster_gives_the_same_rows(rows, tmp_path, capsys):
@@ -370,9 +354,16 @@ def plotly_figures(text: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def report(study, tmp_path_factory):
     path = tmp_path_factory.mktemp("report") / "report.html"
-    assert emulator.write_report(study, path, title="Tiny <study>",
-                                 notes="notes & things") == str(path)
+    assert emulator.write_report(study, path, title="Tiny <study>", notes="notes & things",
+                                 png=False) == str(path)
     return path
+
+
+def figure_titled(figs: list[dict], start: str) -> dict:
+    """The one figure of ``figs`` whose title starts with ``start``."""
+    found = [f for f in figs if f["layout"]["title"]["text"].startswith(start)]
+    assert len(found) == 1, [f["layout"]["title"]["text"] for f in figs]
+    return found[0]
 
 
 def test_report_is_self_contained(report):
@@ -381,52 +372,67 @@ def test_report_is_self_contained(report):
     p.feed(text)
     p.close()
     assert p.external == []  # no CDN script, stylesheet or image: it opens offline
-    assert len(p.scripts) >= 4
+    assert len(p.scripts) >= 5
     # plotly.js itself is inlined (once), the figures call it
     lib = [s for a, s in p.scripts if "plotly.js" in s[:2000].lower() and len(s) > 1_000_000]
     assert len(lib) == 1
-    assert text.count("Plotly.newPlot(") == 4
+    assert text.count("Plotly.newPlot(") == 5
     assert "<title>Tiny &lt;study&gt;</title>" in text and "notes &amp; things" in text
 
 
 def test_report_figures_have_the_expected_traces(report, study, rows):
     figs = plotly_figures(report.read_text(encoding="utf-8"))
-    assert len(figs) == 4
-    labels = ["fp32", "qsgd_allgather 8-bit", "qsgd_scatter_reduce_allgather 8-bit",
-              "qsgd_allgather 4-bit", "qsgd_scatter_reduce_allgather 4-bit"]
-    for fig, col, title in ((figs[0], "throughput_samples_s", "throughput vs GPUs"),
-                            (figs[1], "speedup_vs_fp32", "speedup over fp32 allreduce vs GPUs")):
-        assert fig["layout"]["title"]["text"] == title
-        # one line per (configuration, topology), the x axis ticked at the sizes studied
-        want_names = sorted(f"{label} @ {spec}" for label in labels for spec in SPECS)
-        assert [t["name"] for t in fig["data"]] == want_names
+    assert len(figs) == 5
+    labels = ["fp32 allreduce", "QSGD all-gather 8-bit", "QSGD all-gather 4-bit",
+              "QSGD scatter-reduce-allgather 8-bit", "QSGD scatter-reduce-allgather 4-bit"]
+    raw = {"fp32 allreduce": "fp32"} | {
+        f"QSGD {name} {b}-bit": f"{t} {b}-bit" for b in (8, 4)
+        for name, t in (("all-gather", "qsgd_allgather"),
+                        ("scatter-reduce-allgather", "qsgd_scatter_reduce_allgather"))}
+    axis_of = {f"x{i + 1}" if i else "x": spec for i, spec in enumerate(SPECS)}
+    for start, col in (("throughput against GPUs", "throughput_samples_s"),
+                       ("speedup over fp32 allreduce against GPUs", "speedup_vs_fp32")):
+        fig = figure_titled(figs, start)
+        # one line per configuration in each topology's panel, the legend listing each once
+        assert sorted((t["name"], axis_of[t["xaxis"]]) for t in fig["data"]) == sorted(
+            (label, spec) for label in labels for spec in SPECS)
+        assert [t["name"] for t in fig["data"] if t.get("showlegend", True)] == labels
         assert fig["layout"]["xaxis"]["tickvals"] == list(SIZES)
         for trace in fig["data"]:
-            label, spec = trace["name"].split(" @ ")
+            spec = axis_of[trace["xaxis"]]
             assert trace["x"] == list(SIZES)
-            want = [getattr(r, col) for r in rows if r.topology == spec and r.label == label]
+            want = [getattr(r, col) for r in rows
+                    if r.topology == spec and r.label == raw[trace["name"]]]
             assert trace["y"] == pytest.approx(want, rel=1e-12)
-    bars = figs[2]
-    assert [t["name"] for t in bars["data"]] == ["compute", "exposed communication",
-                                                 "encode/decode (total, partly hidden)"]
-    big = sorted((r for r in rows if r.world_size == 4), key=lambda r: f"{r.label} @ {r.topology}")
-    assert bars["data"][0]["y"] == pytest.approx([r.compute_s for r in big])
-    assert bars["data"][1]["y"] == pytest.approx([r.exposed_comm_s for r in big])
-    timeline = figs[3]
+    bars = figure_titled(figs, "One iteration at 4 GPUs")
+    assert [t["name"] for t in bars["data"]][:4] == [
+        "compute", "exposed communication, fp32 allreduce",
+        "exposed communication, QSGD all-gather",
+        "exposed communication, QSGD scatter-reduce-allgather"]
+    first = [r for r in rows if r.world_size == 4 and r.topology == SPECS[0]]
+    by_label = {raw[lab]: lab for lab in labels}
+    assert dict(zip(bars["data"][0]["y"], bars["data"][0]["x"])) == pytest.approx(
+        {by_label[r.label]: 1e3 * r.compute_s for r in first})
+    timeline = figure_titled(figs, "One iteration, bucket by bucket")
     assert [t["name"] for t in timeline["data"]][:4] == ["waiting for the stream", "encode",
                                                          "collective", "decode"]
     assert timeline["data"][0]["y"] == ["bucket 0", "bucket 1", "bucket 2"]
     best = study.best()
     assert best.compressed and best.world_size == 4 and best.topology == SPECS[0]
-    assert best.label in timeline["layout"]["title"]["text"]
+    assert by_label[best.label] in timeline["layout"]["title"]["text"]
+    headline = figs[0]
+    assert headline["layout"]["title"]["text"].startswith("Where QSGD pays")
 
 
-def test_report_opens_with_the_conclusions(report, study):
+def test_report_opens_with_the_headline_then_the_conclusions(report, study):
     text = report.read_text(encoding="utf-8")
-    first = text[:text.index("Plotly.newPlot(")]
+    calls = [m.start() for m in re.finditer(r"Plotly\.newPlot\(", text)]
+    between = text[calls[0]:calls[1]]          # after the headline, before the other figures
     for line in study.conclusions():
-        assert line.replace("&", "&amp;") in first
+        assert line.replace("&", "&amp;") in between
     assert len(study.conclusions()) == len(SPECS) * len(SIZES)
+    # the key of the figures is given once, before them
+    assert between.count("Colour is the transport") == 1
 
 
 def test_report_table_lists_every_row(report, rows):
@@ -465,15 +471,23 @@ def test_report_opens_offline_in_a_browser(report):
                                               else route.abort()))
             page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(report.as_uri())
-            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 4",
+            page.wait_for_function("document.querySelectorAll('.js-plotly-plot .main-svg').length >= 5",
                                    timeout=60_000)
             names = page.evaluate("Array.from(document.querySelectorAll('.js-plotly-plot'))"
                                   ".map(d => d.data.map(t => t.name))")
+            drawn = read_figures(page)
         finally:
             browser.close()
     assert errors == []
     assert [u for u in requested if not u.startswith("file:")] == []
-    assert len(names) == 4 and names[2][0] == "compute" and names[3][0] == "waiting for the stream"
+    assert len(names) == 5 and names[3][0] == "compute" and names[4][0] == "waiting for the stream"
+    # every figure reads cleanly as drawn: whole titles, 1-2-5 log ticks, category labels
+    # apart, the legend clear of the axes, one colour per transport, no two lines alike
+    assert [p for f in drawn for p in problems(f)] == []
+    throughput = next(f for f in drawn if f["title"]["text"].startswith("throughput"))
+    assert len(throughput["panels"]) == len(SPECS)              # a panel per topology
+    legend = [e["text"] for e in throughput["legend"]]
+    assert len(legend) == len(set(legend)) == 5                 # each configuration once
 
 
 # ---------------------------------------------------------------- config errors
@@ -522,8 +536,8 @@ def test_study_command_end_to_end(study, rows, tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(_study_argv(trace_path, out)) == 0
     cap = capsys.readouterr()
-    # the progress bar goes to stderr, the table to stdout
-    assert "study [" in cap.err and "12/12" in cap.err and "#" * 30 in cap.err
+    # progress goes to stderr (as lines: capsys is not a terminal), the table to stdout
+    assert "study 12/12 tasks" in cap.err and "\r" not in cap.err
     assert "12/12" not in cap.out
     lines = cap.out.splitlines()
     assert lines[0].split()[:5] == ["topology", "GPUs", "batch/GPU", "bits", "transport"]
@@ -540,10 +554,12 @@ def test_study_command_end_to_end(study, rows, tmp_path, capsys):
     with open(out / "study.csv", newline="") as f:
         assert len(list(csv.DictReader(f))) == len(rows)
     figs = plotly_figures((out / "report.html").read_text(encoding="utf-8"))
-    assert len(figs) == 4  # three study figures and the timeline of the fastest QSGD row
+    assert len(figs) == 5  # the headline, three study figures, the fastest QSGD row's timeline
     fastest = min((r for r in rows if r.topology == SPECS[0] and r.world_size == 4
                    and r.transport != "fp32"), key=lambda r: r.iteration_s)
-    assert f"{fastest.label} at 4 GPUs" in figs[3]["layout"]["title"]["text"]
+    timeline = figure_titled(figs, "One iteration, bucket by bucket")
+    assert f"{emulator.figures.row_label(fastest)} at 4 GPUs" in timeline["layout"]["title"]["text"]
+    assert (out / "headline.png").exists() == (shutil.which("chromium") is not None)
 
 
 @pytest.mark.parametrize("extra, needle", [
@@ -598,12 +614,14 @@ def test_study_command_timeline_uses_the_rows_compute_model(tmp_path, capsys):
     model = ComputeModel.for_device("A100", trace, batch_size=512)
     fwd_m, bwd_m, opt_m, _ = model.phases(trace)
     assert rows_[0].compute_s == pytest.approx(fwd_m + bwd_m + opt_m, rel=1e-12)
-    timeline = plotly_figures((out / "report.html").read_text(encoding="utf-8"))[3]
+    timeline = figure_titled(plotly_figures((out / "report.html").read_text(encoding="utf-8")),
+                             "One iteration, bucket by bucket")
+    # the timeline's forward and backward are the model's (drawn in ms)
     compute = [t for t in timeline["data"] if t["y"] == ["compute"]]
     fwd, bwd = compute[0]["x"][0], compute[1]["x"][0]
-    assert fwd + bwd == pytest.approx(fwd_m + bwd_m, rel=1e-9)
+    assert fwd + bwd == pytest.approx(1e3 * (fwd_m + bwd_m), rel=1e-9)
     # and the timeline shows a QSGD row (the fastest of them), not fp32
-    assert "timeline of one iteration: qsgd_" in timeline["layout"]["title"]["text"]
+    assert "<br>QSGD " in timeline["layout"]["title"]["text"]
 
 
 # ---------------------------------------------------------------- estimates and limits

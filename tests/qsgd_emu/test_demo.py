@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 
 import os
 
@@ -45,14 +46,17 @@ def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
                                   "--iterations", "1", "--batch-size", "64",
                                   "--world-sizes", "2,4", "--bits", "32,4", "--out", str(out)])
     assert code == 0, stderr
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "study.csv", "study.json", "trace.json"]
+    # the headline figure as a PNG too, where Debian's chromium can draw it
+    png = ["headline.png"] if shutil.which("chromium") else []
+    assert sorted(p.name for p in out.iterdir()) == png + ["report.html", "study.csv",
+                                                          "study.json", "trace.json"]
 
     # the measured trace: the real MLP, batch 4, one iteration, QSGD 4-bit payloads
     trace = qsgd.PayloadTrace.load(out / "trace.json")
     assert trace.model == "mlp" and trace.batch_size == 4 and trace.num_iterations == 1
     assert trace.config.bits == 4 and trace.device == "cpu" and trace.parameters == 235_146
     assert "measuring mlp (batch 4, 1 iterations, QSGD 4 bits)" in stderr
-    assert "study [" in stderr and "12/12" in stderr
+    assert "study 12/12 tasks" in stderr and "\r" not in stderr   # lines: not a terminal
     assert ("compute on cluster:dgx_a100x{N}: A100-80GB amp-bf16 at batch 64 per GPU (given)"
             in stderr)
 
@@ -74,10 +78,12 @@ def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
     assert table[0].split()[:5] == ["cluster:dgx_a100x1", "2", "64", "32", "fp32"]
     assert f"{rows[0].speedup_vs_fp32:.2f}x" in table[0]
     assert str(out / "report.html") in stdout
-    # the report: three study figures and a bucket timeline
+    # the report: the headline, three study figures and a bucket timeline of a QSGD row
     figs = plotly_figures((out / "report.html").read_text(encoding="utf-8"))
-    assert len(figs) == 4
-    assert "timeline of one iteration: qsgd_" in figs[3]["layout"]["title"]["text"]
+    assert len(figs) == 5
+    assert figs[0]["layout"]["title"]["text"].startswith("Where QSGD pays")
+    assert figs[4]["layout"]["title"]["text"].startswith("One iteration, bucket by bucket")
+    assert "<br>QSGD " in figs[4]["layout"]["title"]["text"]
 
 
 def test_demo_with_a_saved_trace_skips_measuring_and_prints_json(tmp_path):
