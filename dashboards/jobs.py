@@ -384,11 +384,14 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     spec = _topology_spec(params)
     # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
     dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]
-    config = api("emulator", "StudyConfig")(
-        world_sizes=tuple(params["world_sizes"]), bits=tuple(params["bits"]),
-        transports=tuple(dense + list(params["transports"])), topologies=(spec,), trace=trace,
-        device=params.get("device") or "auto", batch_size=params.get("batch_size"),
-        precision=params.get("precision"))
+    try:
+        config = api("emulator", "StudyConfig")(
+            world_sizes=tuple(params["world_sizes"]), bits=tuple(params["bits"]),
+            transports=tuple(dense + list(params["transports"])), topologies=(spec,), trace=trace,
+            device=params.get("device") or "auto", batch_size=params.get("batch_size"),
+            precision=params.get("precision"))
+    except ValueError as exc:
+        raise DashboardError(f"study: {exc}") from None
     total = [1]
 
     def on_progress(done, todo=None, *_):

@@ -3,10 +3,12 @@ and speedup curves, the iteration breakdown and one iteration's timeline; the sa
 functions as ``report.html`` (:mod:`emulator.figures`).
 
 The inputs mirror ``qsgd-emu study``: a topology (a preset or spec, or an uploaded topology
-file), a model (measured here) or an uploaded PayloadTrace, bit widths, bucket size,
-transports, world sizes and a target device. "Run" starts a Dash background callback (its
-own process, with progress and cancel), so the page never freezes and two tabs run studies
-at once. The inputs are mirrored into the URL query string, so a study can be shared by URL.
+file), a model (its layout and operators recorded on the meta device; measured on this CPU
+only for the device "measured") or an uploaded PayloadTrace, bit widths, bucket size,
+transports, world sizes, a target device (default: the topology's own GPU), the batch per GPU
+and the precision (default: the model's usual batch, the GPU's usual precision). "Run" starts
+a Dash background callback (its own process, with progress and cancel), so the page never
+freezes and two tabs run studies at once. The inputs are mirrored into the URL query string, so a study can be shared by URL.
 """
 from __future__ import annotations
 
@@ -37,18 +39,22 @@ DEFAULTS: dict[str, Any] = {
     # cached, 17 s with measuring it (benchmarks/dashboard_whatif.py; benchmarks/RESULTS.md).
     "sizes": "8,16,32,64,128",
     "device": "",
+    "batch": "",
+    "precision": "",
     "metric": "throughput_samples_s",
 }
 #: URL query key -> form component id (the state that a shared URL restores).
 QUERY_IDS: dict[str, str] = {
     "topology": "whatif-topology", "spec": "whatif-spec", "model": "whatif-model",
     "bits": "whatif-bits", "bucket": "whatif-bucket", "transports": "whatif-transports",
-    "sizes": "whatif-sizes", "device": "whatif-device", "metric": "whatif-metric",
+    "sizes": "whatif-sizes", "device": "whatif-device", "batch": "whatif-batch",
+    "precision": "whatif-precision", "metric": "whatif-metric",
 }
 
 
 def params_from_form(*, topology, spec, topology_upload, topology_filename, model, trace_upload,
-                     trace_filename, bits, bucket, transports, sizes, device) -> dict:
+                     trace_filename, bits, bucket, transports, sizes, device, batch=None,
+                     precision=None) -> dict:
     """Validated study parameters (JSON-ready) from the raw form values.
 
     Raises
@@ -90,6 +96,10 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
     params["world_sizes"] = list(forms.parse_int_list(sizes, "whatif-sizes", min_value=1,
                                                       max_value=65536))
     params["device"] = device or None
+    # empty: the model's usual training batch and the GPU's usual precision (emulator.compute)
+    params["batch_size"] = None if batch in (None, "") else \
+        forms.parse_int(batch, "whatif-batch", min_value=1, max_value=1 << 20)
+    params["precision"] = precision or None
     return params
 
 
@@ -139,16 +149,21 @@ def _options(ctx) -> tuple[dict[str, list], str]:
     """Choices of the form, and a message when a part of the project they come from is missing."""
     import topologies
 
-    opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": []}
+    opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": [],
+            "precision": []}
     problems = []
     for key, (module, name) in {"model": ("qsgd", "MODELS"), "device": ("emulator", "DEVICES"),
-                                "transports": ("emulator", "TRANSPORTS")}.items():
+                                "transports": ("emulator", "TRANSPORTS"),
+                                "precision": ("emulator", "PRECISIONS")}.items():
         try:
             names = jobs.api(module, name)
         except RuntimeError as exc:
             problems.append(str(exc))
             continue
-        opts[key] = jobs.qsgd_transports() if key == "transports" else sorted(names)
+        opts[key] = jobs.qsgd_transports() if key == "transports" else \
+            list(names) if key == "precision" else sorted(names)
+    if opts["device"]:
+        opts["device"] = ["measured"] + opts["device"]
     return opts, "; ".join(problems)
 
 
@@ -183,7 +198,16 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             html.Div([label("target device", "whatif-device"),
                       dcc.Dropdown(id="whatif-device", options=opts["device"],
                                    value=q.get("device") or None,
-                                   placeholder="as measured")], className="field"),
+                                   placeholder="the topology's own GPU")], className="field"),
+            html.Div([label("batch per GPU", "whatif-batch"),
+                      dcc.Input(id="whatif-batch", type="number", min=1, step=1, debounce=True,
+                                value=q.get("batch") or None,
+                                placeholder="the model's usual")], className="field"),
+            html.Div([label("precision", "whatif-precision"),
+                      dcc.Dropdown(id="whatif-precision", options=opts["precision"],
+                                   value=q.get("precision") or None,
+                                   placeholder="the GPU's usual (amp-bf16 from Ampere)")],
+                     className="field"),
         ], className="row"),
         html.Div([
             html.Div([label("bits", "whatif-bits"),
@@ -238,6 +262,7 @@ def register(app, ctx) -> None:
         State("whatif-trace-upload", "filename"), State("whatif-bits", "value"),
         State("whatif-bucket", "value"), State("whatif-transports", "value"),
         State("whatif-sizes", "value"), State("whatif-device", "value"),
+        State("whatif-batch", "value"), State("whatif-precision", "value"),
         State("whatif-tab", "data"),
     ]
 
@@ -257,7 +282,7 @@ def register(app, ctx) -> None:
         cancel=[Input("whatif-cancel", "n_clicks")],
     )
     def _run(set_progress, _n, topology, spec, topo_up, topo_name, model, trace_up, trace_name,
-             bits, bucket, transports, sizes, device, _tab):
+             bits, bucket, transports, sizes, device, batch, precision, _tab):
         def progress(done, total, text):
             set_progress((str(done), str(max(total, 1)), text))
 
@@ -266,7 +291,7 @@ def register(app, ctx) -> None:
                 topology=topology, spec=spec, topology_upload=topo_up,
                 topology_filename=topo_name, model=model, trace_upload=trace_up,
                 trace_filename=trace_name, bits=bits, bucket=bucket, transports=transports,
-                sizes=sizes, device=device)
+                sizes=sizes, device=device, batch=batch, precision=precision)
             params["cache_dir"] = ctx.cache_dir  # measured traces are reused across studies
             results = jobs.whatif_job(params, progress)
         except (ValueError, RuntimeError, OSError) as exc:

@@ -25,12 +25,31 @@ def test_whatif_form_to_params():
     # A machine preset grows with the world size: as many machines as the GPUs need.
     assert p == {"topology": "cluster:dgx_a100x{N}", "model": "mlp", "bits": [32, 4],
                  "bucket_size": 512,
-                 "transports": ["qsgd_allgather"], "world_sizes": [2, 4, 8], "device": None}
+                 "transports": ["qsgd_allgather"], "world_sizes": [2, 4, 8], "device": None,
+                 "batch_size": None, "precision": None}
     p = whatif.params_from_form(**dict(FORM, spec=" switch:{n} "))
     assert p["topology"] == "switch:{n}"
     # Only fp32/fp16 picked: no QSGD transport is needed.
     p = whatif.params_from_form(**dict(FORM, bits=[32, 16], transports=[]))
     assert p["transports"] == []
+
+
+@pytest.mark.slow
+def test_whatif_batch_and_precision_fields():
+    p = whatif.params_from_form(**dict(FORM, batch="96", precision="amp-fp16", device="V100"))
+    assert (p["batch_size"], p["precision"], p["device"]) == (96, "amp-fp16", "V100")
+    with pytest.raises(DashboardError, match="whatif-batch"):
+        whatif.params_from_form(**dict(FORM, batch="0"))
+
+
+def test_whatif_job_times_the_batch_and_precision_asked_for(tmp_path):
+    params = dict(whatif.params_from_form(**dict(FORM, sizes="8", batch="32", precision="tf32")),
+                  cache_dir=str(tmp_path))
+    out = jobs.whatif_job(params)
+    assert {(r["batch_size"], r["precision"], r["device"]) for r in out["rows"]} == {
+        (32, "tf32", "A100-80GB")}
+    with pytest.raises(DashboardError, match="needs bf16 units, which V100 does not have"):
+        jobs.whatif_job(dict(params, device="V100", precision="amp-bf16"))
 
 
 @pytest.mark.slow
@@ -97,20 +116,25 @@ def test_whatif_csv_and_empty_figures():
 
 
 def test_whatif_measures_without_variance_records_and_reuses_a_trace_with_them(tmp_path):
-    """A study reads no quantization-variance records, so the What-if's measurement skips
-    them (half of measuring ResNet-50 on a CPU); a recommendation needs them and never gets
-    a trace without them, while a What-if reuses a trace that has them."""
-    params = dict(model="mlp", bits=[32, 4], bucket_size=512, cache_dir=str(tmp_path))
+    """Measured on this CPU (the device "measured"; otherwise a study records on the meta
+    device), a study reads no quantization-variance records, so the What-if's measurement
+    skips them (half of measuring ResNet-50 on a CPU); a recommendation needs them and never
+    gets a trace without them, while a What-if reuses a trace that has them."""
+    params = dict(model="mlp", bits=[32, 4], bucket_size=512, cache_dir=str(tmp_path),
+                  device="measured")
     quick = jobs.workload(params, variance=False)
-    assert all(b.variance is None for b in quick.buckets)
+    assert all(b.variance is None for b in quick.buckets) and quick.timed
     traces = tmp_path / "traces"
     assert sorted(p.name for p in traces.iterdir()) == ["mlp-4b-d512-novariance.json"]
-    full = jobs.workload(params)                                # as the Recommend page asks
+    full = jobs.workload(params, run=True)                      # as the Recommend page asks
     assert all(b.variance is not None for b in full.buckets)
     assert sorted(p.name for p in traces.iterdir()) == ["mlp-4b-d512-novariance.json",
                                                         "mlp-4b-d512.json"]
     again = jobs.workload(params, variance=False)                # the full one serves a study
     assert all(b.variance is not None for b in again.buckets)
+    meta = jobs.workload(dict(params, device=None))              # the What-if's default
+    assert not meta.timed and sorted(p.name for p in traces.iterdir()) == [
+        "mlp-4b-d512-novariance.json", "mlp-4b-d512.json"]
 
 
 # --- topology --------------------------------------------------------------------------

@@ -58,7 +58,7 @@ def test_in_a_log_one_line_per_finished_task_and_at_most_one_per_interval_betwee
                      "study 0/3 tasks, 0.0 s",
                      "study 0/3 tasks, 12.0 s | step 120",
                      "study 1/3 tasks, 15.0 s, ~60 s left",
-                     "study 2/3 tasks, 15.5 s, ~3.0 min left",
+                     "study 2/3 tasks, 15.5 s, ~3.3 min left",
                      "study 3/3 tasks, 30.0 s"]
     assert "\r" not in out.getvalue()
 
