@@ -34,13 +34,16 @@ from .sweep import size_sweep, sweep_sizes
 _LAZY = {
     ".replaying": ("TRANSPORTS", "Prediction", "bucket_plan", "collective_requests", "replay"),
     ".report": ("write_report",),
+    ".sharded": ("replay_sharded", "sharded_plan", "machine_size"),
+    ".memory": ("Memory", "memory_per_gpu"),
     ".study": ("StudyConfig", "placement_notes", "resolve_compute", "run_study", "topology_for"),
     ".studyresult": ("Study", "StudyRow", "read_study"),
     ".validation": ("CollectivePoint", "MeasuredTrace", "TrainingPoint", "ValidationReport",
                     "calibrate", "compare", "import_nccl_tests"),
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
-_SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult")
+_SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult", "sharded",
+               "memory")
 
 
 def __getattr__(name):
@@ -67,7 +70,8 @@ __all__ = [
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep", "sweep_sizes",
     "ComputeModel", "DEVICES", "PRECISIONS", "Network", "replay", "bucket_plan", "collective_requests",
-    "Prediction", "TRANSPORTS",
+    "Prediction", "TRANSPORTS", "replay_sharded", "sharded_plan", "machine_size", "Memory",
+    "memory_per_gpu",
     "StudyConfig", "run_study", "placement_notes", "resolve_compute", "topology_for", "Study", "StudyRow",
     "read_study", "write_report", "figures",
     "Budget", "Candidate", "Recommendation", "VarianceModel", "pareto_front", "recommend",

@@ -102,9 +102,10 @@ TRANSPORTS: dict[str, Transport] = {
         "ranks quantize the chunk each owner reduces, owners decode, sum, requantize, all-gather"),
 }
 
-#: The emulator's algorithm for each plan op under each model (allreduce: the Network's own).
-_ALGORITHMS = {"nccl": {"allgather": "nccl", "alltoall": "nccl"},
-               "textbook": {"allgather": "ring", "alltoall": "direct"}}
+#: The emulator's algorithm for each plan op under each model (allreduce: the Network's own;
+#: reduce_scatter: the sharded plans' gradient reduction, :mod:`qsgd.shardplan`).
+_ALGORITHMS = {"nccl": {"allgather": "nccl", "alltoall": "nccl", "reduce_scatter": "nccl"},
+               "textbook": {"allgather": "ring", "alltoall": "direct", "reduce_scatter": "ring"}}
 
 
 # ---------------------------------------------------------------- per-bucket sizes

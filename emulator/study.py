@@ -21,6 +21,7 @@ from emulator.compute import ALIASES, DEVICES, PRECISIONS, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
 from emulator.replaying import TRANSPORTS, collective_requests, replay
+from emulator.sharded import SHARDED_TRANSPORTS, ShardNetworks, machine_size, replay_sharded
 from emulator.interpolation import DEFAULT_RTOL
 from emulator.estimate import estimate, task_label, wall_of
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
@@ -41,8 +42,9 @@ class StudyConfig:
         GPUs training.
     bits : tuple of int
         32 means the fp32 transport, 16 the fp16 transport and QSGD at 16 bits, 2..15 QSGD.
-    transports : tuple of str
-        Keys of :data:`emulator.TRANSPORTS`.
+    transports : tuple of str, optional
+        Keys of :data:`emulator.TRANSPORTS` (default: all of them; under a strategy that
+        reduce-scatters, those it takes, :data:`emulator.sharded.SHARDED_TRANSPORTS`).
     topologies : tuple of str
         Topology specs (:func:`topologies.from_spec`); ``{n}`` is replaced by the world size
         (``"switch:{n}"``) and ``{N}`` by the number of nodes a world size needs (e.g.
@@ -68,12 +70,23 @@ class StudyConfig:
         elsewhere. Against exact studies of the demo's grid at 8..1024 GPUs every row is
         within 4e-5 (``benchmarks/study_interpolation.py``, benchmarks/RESULTS.md); the
         default stays approximate only while that holds within 0.5 %.
+    parallelism : str
+        The data-parallel strategy, a key of :data:`qsgd.STRATEGIES`: ``"ddp"`` (the default,
+        :func:`emulator.replay`), or ``fsdp``, ``fsdp_grad_op``, ``hsdp``, ``zero1``, ``zero2``,
+        ``zero3`` (:func:`emulator.replay_sharded`). Under a sharded one the rows carry the
+        memory each GPU needs (:mod:`emulator.memory`) and :func:`run_study` refuses a grid
+        whose model does not fit the GPU.
+    weight_bits : int, optional
+        QSGD width of the parameter all-gathers in the QSGD rows of a sharded strategy (QSDP);
+        None keeps them dense.
+    shard_size : int, optional
+        HSDP's shard group (default: each topology's machine, its GPUs per host).
     """
 
     trace: object
     world_sizes: tuple = (8, 64, 512)
     bits: tuple = (32, 16, 8, 4, 2)
-    transports: tuple = tuple(TRANSPORTS)
+    transports: tuple | None = None
     topologies: tuple = ("cluster:dgx_a100x{N}",)
     device: str = "auto"
     algorithm: str = DEFAULT_ALGORITHM
@@ -81,12 +94,22 @@ class StudyConfig:
     exact: bool = False
     batch_size: int | None = None
     precision: str | None = None
+    parallelism: str = "ddp"
+    weight_bits: int | None = None
+    shard_size: int | None = None
 
     def __post_init__(self):
         import qsgd
 
         if not isinstance(self.trace, qsgd.PayloadTrace):
             raise ConfigError(f"StudyConfig.trace must be a qsgd.PayloadTrace, got {type(self.trace).__name__}")
+        if self.parallelism not in qsgd.STRATEGIES:
+            raise ConfigError(f"StudyConfig.parallelism: {self.parallelism!r} is not one of "
+                              f"{list(qsgd.STRATEGIES)}")
+        scatter = qsgd.STRATEGIES[self.parallelism].grads == "reduce_scatter"
+        if self.transports is None:
+            object.__setattr__(self, "transports", SHARDED_TRANSPORTS if scatter
+                               else tuple(TRANSPORTS))
         for name in ("world_sizes", "bits", "transports", "topologies"):
             v = getattr(self, name)
             if isinstance(v, str) or not hasattr(v, "__iter__"):
@@ -104,6 +127,19 @@ class StudyConfig:
         for t in self.transports:
             if t not in TRANSPORTS:
                 raise ConfigError(f"StudyConfig.transports: {t!r} is not one of {sorted(TRANSPORTS)}")
+            if scatter and t not in SHARDED_TRANSPORTS:
+                raise ConfigError(f"StudyConfig.transports: {t!r} does not reduce-scatter; with "
+                                  f"parallelism={self.parallelism!r} use {list(SHARDED_TRANSPORTS)}")
+        if self.weight_bits is not None and (not is_int(self.weight_bits)
+                                             or not 2 <= self.weight_bits <= 16):
+            raise ConfigError(f"StudyConfig.weight_bits must be None or an int in [2, 16], got "
+                              f"{self.weight_bits!r}")
+        if self.weight_bits is not None and self.parallelism == "ddp":
+            raise ConfigError("StudyConfig.weight_bits: parameters are gathered only by a sharded "
+                              "strategy, not by parallelism='ddp'")
+        if self.shard_size is not None and (not is_int(self.shard_size) or self.shard_size < 1):
+            raise ConfigError(f"StudyConfig.shard_size must be None or an int >= 1, got "
+                              f"{self.shard_size!r}")
         for s in self.topologies:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"StudyConfig.topologies: {s!r} is not a topology spec")
@@ -152,10 +188,14 @@ class StudyConfig:
         compute = None if self.compute is None else (
             {k: v.to_dict() for k, v in self.compute.items()} if isinstance(self.compute, dict)
             else self.compute.to_dict())
-        return {"model": self.trace.model, "world_sizes": list(self.world_sizes), "bits": list(self.bits),
-                "transports": list(self.transports), "topologies": list(self.topologies),
-                "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
-                "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
+        d = {"model": self.trace.model, "world_sizes": list(self.world_sizes), "bits": list(self.bits),
+             "transports": list(self.transports), "topologies": list(self.topologies),
+             "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
+             "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
+        if self.parallelism != "ddp":       # a DDP study's config reads as it always did
+            d.update(parallelism=self.parallelism, weight_bits=self.weight_bits,
+                     shard_size=self.shard_size)
+        return d
 
 
 def resolve_compute(config: StudyConfig) -> dict:
@@ -263,6 +303,8 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                   on_simulated=None if progress is None else on_simulated,
                   interpolate=None if cfg.exact else DEFAULT_RTOL)
     compute = cfg.compute_for(spec)
+    if cfg.parallelism != "ddp":
+        return _sharded_task(cfg, G, net, compute, combos, state, str(G.graph.get("name", spec)))
     if not cfg.exact:
         # the sweep needs every size of the task at once to pick which ones to simulate
         net.prefetch([r for bits, transport in combos for r in collective_requests(
@@ -276,6 +318,36 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                     replay(cfg.trace, G, transport=transport, compute=compute, network=net,
                            bits=bits if TRANSPORTS[transport].compressed else None)))
     return out
+
+
+def _sharded_task(cfg: StudyConfig, G, net: Network, compute: ComputeModel, combos,
+                  state: dict, name: str) -> list[tuple]:
+    """:func:`run_task` under a sharded strategy: each combo replayed by
+    :func:`replay_sharded`, the process groups' collectives cached across them."""
+    shard = _shard_size(cfg, G, net.world_size)
+    groups = ShardNetworks(net, shard or net.world_size)
+    out = []
+    for k, (bits, transport) in enumerate(combos):
+        state["combo"] = k
+        compressed = TRANSPORTS[transport].compressed
+        out.append((bits, transport, name, replay_sharded(
+            cfg.trace, G, parallelism=cfg.parallelism, transport=transport,
+            bits=bits if compressed else None, weight_bits=cfg.weight_bits if compressed else None,
+            compute=compute, network=net, shard_size=shard, networks=groups)))
+    return out
+
+
+def _shard_size(cfg: StudyConfig, G, world_size: int) -> int | None:
+    """HSDP's shard group on ``G`` at ``world_size`` (None for the other strategies)."""
+    import qsgd
+
+    if not qsgd.STRATEGIES[cfg.parallelism].hybrid:
+        return None
+    g = cfg.shard_size or machine_size(G)
+    if world_size % min(g, world_size):
+        raise ConfigError(f"parallelism='hsdp': a shard group of {g} GPUs does not divide "
+                          f"world_size={world_size}; use world sizes that are multiples of {g}")
+    return min(g, world_size)
 
 
 @functools.lru_cache(maxsize=4)
@@ -314,6 +386,7 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
     for spec in config.topologies:
         compute = config.compute_for(spec)
         batch = compute.batch_size or trace.batch_size
+        memory = _memory(config, spec, compute, batch)
         for w in config.world_sizes:
             dense = {t: preds.get((spec, w, DENSE_BITS[t], t)) for t in DENSE_BITS}
             for bits, transport in config.combos():
@@ -332,9 +405,38 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
                     else "compute",
                     model=trace.model, batch_size=batch, device=compute.device,
                     precision=compute.precision or "as measured",
-                    algorithm=config.algorithm, source=f"{pred.source}; compute: {compute.source}"))
+                    algorithm=config.algorithm, source=f"{pred.source}; compute: {compute.source}",
+                    parallelism=config.parallelism,
+                    memory_per_gpu=None if w not in memory else memory[w].total))
     return Study(tuple(rows), predictions={r.key: preds[r.key] for r in rows},
                  config=config.to_dict())
+
+
+def _memory(config: StudyConfig, spec: str, compute: ComputeModel, batch: int,
+            refuse: bool = False) -> dict:
+    """``{world size: emulator.memory.Memory}`` of topology ``spec`` (empty when the compute
+    model is not timed from operator records); with ``refuse``, ConfigError where a sharded
+    strategy does not fit the GPU (:func:`emulator.memory.check_fits`)."""
+    from emulator.compute import device
+    from emulator.memory import check_fits, memory_per_gpu
+
+    ops = getattr(config.trace, "operators", None)
+    if compute.precision is None or compute.device in ("measured", "custom") or ops is None:
+        return {}
+    dev = device(compute.device)
+    out = {}
+    for w in config.world_sizes:
+        shard = None
+        if config.parallelism == "hsdp":
+            shard = config.shard_size or machine_size(topology_for(spec, w))
+        if refuse:
+            out.update(check_fits(config.trace, config.parallelism, [w], precision=compute.precision,
+                                  batch_size=batch, device=dev, shard_size=shard))
+        else:
+            out[w] = memory_per_gpu(config.trace, config.parallelism, w, precision=compute.precision,
+                                    batch_size=batch, shard_size=shard,
+                                    device_bytes=dev.memory_bytes)
+    return out
 
 
 # ---------------------------------------------------------------- the study
@@ -417,6 +519,13 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     tasks = _tasks(config)
     for spec in config.topologies:  # a bad spec fails here, before any work is sent out
         topology_for(spec, min(config.world_sizes) if "{" in spec else max(config.world_sizes))
+        if config.parallelism != "ddp":
+            # a strategy the world size cannot form, a model that does not fit: said up front
+            for w in config.world_sizes:
+                _shard_size(config, topology_for(spec, w), w)
+            compute = config.compute_for(spec)
+            _memory(config, spec, compute, compute.batch_size or config.trace.batch_size,
+                    refuse=True)
     if time_limit_s is not None and (not is_number(time_limit_s) or not time_limit_s > 0):
         raise ConfigError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
     total = len(tasks)

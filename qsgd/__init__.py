@@ -22,6 +22,8 @@ from .measurement import add_operators, measure
 from .models import MODELS, build_model
 from .operators import Operators, record_operators
 from .quantizer import Quantized, dequantize, quantize
+from .shardplan import (STRATEGIES, GroupCollective, ShardPlan, Strategy, Unit, UnitPlan,
+                        shard_plan, units_of, zero_buckets)
 from .trace import PayloadTrace
 from .tracevariance import BucketVariance
 from .variance import lemma31_bound, variance_ratios
@@ -34,4 +36,6 @@ __all__ = [
     "add_operators", "record_operators", "Operators",
     "measure_host", "PayloadTrace", "BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan",
     "BucketVariance", "lemma31_bound", "variance_ratios",
+    "STRATEGIES", "Strategy", "Unit", "UnitPlan", "ShardPlan", "GroupCollective", "shard_plan",
+    "units_of", "zero_buckets",
 ]
