@@ -114,7 +114,9 @@ def memory_per_gpu(trace, strategy: str, world_size: int, *, precision: str, bat
     """
     import qsgd
 
-    st = qsgd.shardplan.strategy(strategy)
+    if strategy not in qsgd.STRATEGIES:
+        raise ConfigError(f"parallelism: {strategy!r} is not one of {list(qsgd.STRATEGIES)}")
+    st = qsgd.STRATEGIES[strategy]
     ops = getattr(trace, "operators", None)
     if ops is None:
         raise ConfigError(f"trace of {trace.model!r} has no operator records: the memory model "

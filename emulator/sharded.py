@@ -120,10 +120,27 @@ def _ready_order(trace, ready: tuple) -> list:
 def sharded_plan(trace, strategy: str, world_size: int, compute: ComputeModel, *,
                  transport: str = "fp32", bits: int | None = None, weight_bits: int | None = None,
                  shard_size: int | None = None):
-    """The :class:`qsgd.ShardPlan` a replay of ``trace`` follows, its config's source words."""
+    """The :class:`qsgd.ShardPlan` a replay of ``trace`` follows on ``world_size`` GPUs.
+
+    The parameters are gathered in the precision's 16-bit dtype (32 bits in fp32 and tf32);
+    gradients are reduced in the compute model's gradient dtype (FSDP), in the 16-bit one
+    (DeepSpeed), or in 16 bits for ``transport="fp16"``; a QSGD transport quantizes them at
+    ``bits`` and, with ``weight_bits``, the parameter gathers.
+
+    Examples
+    --------
+    >>> import emulator, qsgd
+    >>> trace = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta")
+    >>> m = emulator.ComputeModel.for_device("H100", trace, batch_size=8)
+    >>> plan = emulator.sharded_plan(trace, "fsdp", 16, m)
+    >>> [u.unit.name for u in plan.units][:3], plan.gather_bytes, plan.reduce_bytes
+    (['root', 'blocks.0', 'blocks.1'], 2, 4)
+    """
     import qsgd
 
-    st = qsgd.shardplan.strategy(strategy)
+    if strategy not in qsgd.STRATEGIES:
+        raise ConfigError(f"parallelism: {strategy!r} is not one of {list(qsgd.STRATEGIES)}")
+    st = qsgd.STRATEGIES[strategy]
     if st.name == "ddp":
         raise ConfigError("parallelism='ddp' replays with emulator.replay")
     if transport not in TRANSPORTS:
@@ -238,9 +255,11 @@ def replay_sharded(trace, G, *, parallelism: str = "fsdp", transport: str = "fp3
     if compute is None or not isinstance(compute, ComputeModel):
         raise ConfigError(f"compute must be a ComputeModel timed from operator records, got "
                           f"{compute!r}")
+    if parallelism not in qsgd.STRATEGIES:
+        raise ConfigError(f"parallelism: {parallelism!r} is not one of {list(qsgd.STRATEGIES)}")
     net = network if network is not None else Network(G, world_size, algorithm)
     p = net.world_size
-    st = qsgd.shardplan.strategy(parallelism)
+    st = qsgd.STRATEGIES[parallelism]
     if st.hybrid:
         g = machine_size(net.G) if shard_size is None else shard_size
         if not isinstance(g, int) or isinstance(g, bool) or g < 1 or p % g:
@@ -348,8 +367,8 @@ def _replay(plan, issue: dict, fwd: float, bwd: float, opt: float, groups: Shard
         work.append(("compute", points[j], (9, j), servers.Item(
             ("compute", j), points[j + 1] - points[j], tuple(waits.get(points[j], ())))))
     reduced = tuple(v for (i, ph), v in done_of.items() if ph == "reduce")
-    last = ("compute", len(points) - 2)
-    work.append(("compute", fwd + bwd, (10, 0), servers.Item("optimizer", opt, (last, *reduced))))
+    last = (("compute", len(points) - 2),) if len(points) > 1 else ()   # no compute: none
+    work.append(("compute", fwd + bwd, (10, 0), servers.Item("optimizer", opt, (*last, *reduced))))
     for i in range(n):
         for j, step in enumerate(plan.units[i].step):
             key = (i, "step", j)

@@ -112,7 +112,7 @@ class QSGDAllGather(_Comm):
                  async_op: bool = False):
         if not input_tensor.is_floating_point():
             # FSDP packs parameters of mixed dtypes as bytes: those travel as they are
-            return dist.all_gather_into_tensor(output_tensor, input_tensor, group=group,
+            return dist.all_gather_single(output_tensor, input_tensor, group=group,
                                                async_op=async_op)
         p, rank = group.size(), group.rank()
         n = input_tensor.numel()
@@ -126,7 +126,7 @@ class QSGDAllGather(_Comm):
         self.stats.calls += 1
         size = payload.numel()
         gathered = torch.empty(p * size, dtype=torch.uint8, device=payload.device)
-        dist.all_gather_into_tensor(gathered, payload, group=group)
+        dist.all_gather_single(gathered, payload, group=group)
         parts = [decode(gathered[j * size:(j + 1) * size]) for j in range(p)]
         # FSDP's input is the rank's slot of the output buffer: check it before overwriting
         self.stats._note(parts[rank], input_tensor)
@@ -228,6 +228,21 @@ def shard_model(model: torch.nn.Module, strategy: str = "fsdp", *,
     Returns
     -------
     Sharded
+
+    Examples
+    --------
+    One rank (FSDP2 on a group of one sends nothing; ``tests/qsgd/test_sharded.py`` trains on
+    four):
+
+    >>> import torch, torch.distributed as dist, qsgd
+    >>> from qsgd.sharded import shard_model
+    >>> dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    >>> model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    >>> sharded = shard_model(model, "fsdp", grads=qsgd.QSGDConfig.from_bits(4))
+    >>> [u.name for u in sharded.units], sorted(sharded.reductions)
+    (['0', '2'], [0, 1])
+    >>> model(torch.ones(3, 4)).sum().backward()
+    >>> dist.destroy_process_group()
     """
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
@@ -257,8 +272,8 @@ def shard_model(model: torch.nn.Module, strategy: str = "fsdp", *,
     for i, m in modules:
         fully_shard(m, mesh=mesh, reshard_after_forward=reshard)
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
-    root = next((i for i, u in enumerate(units) if u.root), len(units))
-    for i, m in [*modules, (root, model)]:
+    root = [(i, model) for i, u in enumerate(units) if u.root]
+    for i, m in [*modules, *root]:
         if weights is not None:
             out.gathers[i] = QSGDAllGather(weights, seed=seed, unit=i)
             m.set_custom_all_gather(out.gathers[i])

@@ -65,6 +65,9 @@ def train_sharded(cfg, *, store=None, run_id: int | None = None, device=None,
             weights = qsgd.QSGDConfig.from_bits(cfg.weight_bits, bucket_size=cfg.bucket_size)
     sharded = shard_model(model, cfg.parallelism, grads=grads, weights=weights, seed=cfg.seed,
                           shard_size=cfg.shard_size or None)
+    # what one rank sends a step, by the plan the comms execute (float32 on this device)
+    plan = qsgd.shard_plan(cfg.parallelism, sharded.units, world, shard_size=cfg.shard_size or None,
+                           gather_bytes=4, reduce_bytes=4, grads=grads, weights=weights)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     tx, ty = data.train_x.to(device), data.train_y.to(device)
     steps_per_epoch = max(1, len(tx) // (cfg.batch_size * world))
@@ -108,6 +111,7 @@ def train_sharded(cfg, *, store=None, run_id: int | None = None, device=None,
         "steps_per_epoch": steps_per_epoch, "final_loss": last_loss,
         "final_test_accuracy": _accuracy(model, data.test_x.to(device), data.test_y.to(device)),
         "iteration_s": float(np.median([h["iteration_s"] for h in history])) if history else None,
+        "bytes_sent_per_step": float(plan.wire_bytes), "predicted_iteration_s": None,
         "train_s": train_s, "parameter_digest": digest, "sharded": sharded.stats(),
         "history": history,
     }
