@@ -34,7 +34,7 @@ from .sweep import size_sweep, sweep_sizes
 _LAZY = {
     ".replaying": ("TRANSPORTS", "Prediction", "bucket_plan", "collective_requests", "replay"),
     ".report": ("write_report",),
-    ".sharded": ("replay_sharded", "sharded_plan", "machine_size"),
+    ".sharded": ("replay_sharded", "sharded_plan", "machine_size", "SHARDED_TRANSPORTS"),
     ".memory": ("Memory", "memory_per_gpu"),
     ".study": ("StudyConfig", "placement_notes", "resolve_compute", "run_study", "topology_for"),
     ".studyresult": ("Study", "StudyRow", "read_study"),
@@ -70,7 +70,8 @@ __all__ = [
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep", "sweep_sizes",
     "ComputeModel", "DEVICES", "PRECISIONS", "Network", "replay", "bucket_plan", "collective_requests",
-    "Prediction", "TRANSPORTS", "replay_sharded", "sharded_plan", "machine_size", "Memory",
+    "Prediction", "TRANSPORTS", "replay_sharded", "sharded_plan", "machine_size",
+    "SHARDED_TRANSPORTS", "Memory",
     "memory_per_gpu",
     "StudyConfig", "run_study", "placement_notes", "resolve_compute", "topology_for", "Study", "StudyRow",
     "read_study", "write_report", "figures",

@@ -35,6 +35,7 @@ DEFAULTS: dict[str, Any] = {
     # cached, 17 s with measuring it (benchmarks/dashboard_whatif.py; benchmarks/RESULTS.md).
     "sizes": "8,16,32,64,128",
     "device": "",
+    "parallelism": "ddp",
     "metric": "throughput_samples_s",
 }
 #: URL query key -> form component id (the state that a shared URL restores).
@@ -42,11 +43,13 @@ QUERY_IDS: dict[str, str] = {
     "topology": "whatif-topology", "spec": "whatif-spec", "model": "whatif-model",
     "bits": "whatif-bits", "bucket": "whatif-bucket", "transports": "whatif-transports",
     "sizes": "whatif-sizes", "device": "whatif-device", "metric": "whatif-metric",
+    "parallelism": "whatif-parallelism",
 }
 
 
 def params_from_form(*, topology, spec, topology_upload, topology_filename, model, trace_upload,
-                     trace_filename, bits, bucket, transports, sizes, device) -> dict:
+                     trace_filename, bits, bucket, transports, sizes, device,
+                     parallelism=None) -> dict:
     """Validated study parameters (JSON-ready) from the raw form values.
 
     Raises
@@ -88,6 +91,7 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
     params["world_sizes"] = list(forms.parse_int_list(sizes, "whatif-sizes", min_value=1,
                                                       max_value=65536))
     params["device"] = device or None
+    params["parallelism"] = parallelism or "ddp"
     return params
 
 
@@ -136,16 +140,19 @@ def _options(ctx) -> tuple[dict[str, list], str]:
     """Choices of the form, and a message when a part of the project they come from is missing."""
     import topologies
 
-    opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": []}
+    opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": [],
+            "parallelism": []}
     problems = []
     for key, (module, name) in {"model": ("qsgd", "MODELS"), "device": ("emulator", "DEVICES"),
-                                "transports": ("emulator", "TRANSPORTS")}.items():
+                                "transports": ("emulator", "TRANSPORTS"),
+                                "parallelism": ("qsgd", "STRATEGIES")}.items():
         try:
             names = jobs.api(module, name)
         except RuntimeError as exc:
             problems.append(str(exc))
             continue
-        opts[key] = jobs.qsgd_transports() if key == "transports" else sorted(names)
+        opts[key] = jobs.qsgd_transports() if key == "transports" else \
+            list(names) if key == "parallelism" else sorted(names)
     return opts, "; ".join(problems)
 
 
@@ -181,6 +188,10 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                       dcc.Dropdown(id="whatif-device", options=opts["device"],
                                    value=q.get("device") or None,
                                    placeholder="as measured")], className="field"),
+            html.Div([label("data parallelism", "whatif-parallelism"),
+                      dcc.Dropdown(id="whatif-parallelism", options=opts["parallelism"],
+                                   value=q.get("parallelism", DEFAULTS["parallelism"]),
+                                   clearable=False)], className="field"),
         ], className="row"),
         html.Div([
             html.Div([label("bits", "whatif-bits"),
@@ -234,7 +245,7 @@ def register(app, ctx) -> None:
         State("whatif-trace-upload", "filename"), State("whatif-bits", "value"),
         State("whatif-bucket", "value"), State("whatif-transports", "value"),
         State("whatif-sizes", "value"), State("whatif-device", "value"),
-        State("whatif-tab", "data"),
+        State("whatif-parallelism", "value"), State("whatif-tab", "data"),
     ]
 
     @app.callback(Output("url", "search"), [Input(i, "value") for i in QUERY_IDS.values()],
@@ -253,7 +264,7 @@ def register(app, ctx) -> None:
         cancel=[Input("whatif-cancel", "n_clicks")],
     )
     def _run(set_progress, _n, topology, spec, topo_up, topo_name, model, trace_up, trace_name,
-             bits, bucket, transports, sizes, device, _tab):
+             bits, bucket, transports, sizes, device, parallelism, _tab):
         def progress(done, total, text):
             set_progress((str(done), str(max(total, 1)), text))
 
@@ -262,7 +273,7 @@ def register(app, ctx) -> None:
                 topology=topology, spec=spec, topology_upload=topo_up,
                 topology_filename=topo_name, model=model, trace_upload=trace_up,
                 trace_filename=trace_name, bits=bits, bucket=bucket, transports=transports,
-                sizes=sizes, device=device)
+                sizes=sizes, device=device, parallelism=parallelism)
             params["cache_dir"] = ctx.cache_dir  # measured traces are reused across studies
             results = jobs.whatif_job(params, progress)
         except (ValueError, RuntimeError, OSError) as exc:
