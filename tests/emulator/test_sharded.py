@@ -214,3 +214,23 @@ def test_a_study_refuses_what_its_world_sizes_cannot_form_or_hold(trace):
     with pytest.raises(emulator.ConfigError, match="more than the H100-SXM's 80 GB"):
         emulator.run_study(emulator.StudyConfig(world_sizes=(8,), parallelism="fsdp",
                                                 **dict(base, batch_size=1024)))
+
+
+# ---------------------------------------------------------------- choosing a strategy
+def test_recommend_strategy_picks_the_fastest_that_fits_within_the_budget(trace, G, model):
+    choice = emulator.recommend_strategy(trace, G, compute=model, strategies=("ddp", "fsdp"),
+                                         bits=(8, 4))
+    assert [(o.strategy, o.transport, o.bits) for o in choice.options] == [
+        ("ddp", "fp32", 32), ("ddp", "qsgd_allgather", 8), ("ddp", "qsgd_allgather", 4),
+        ("fsdp", "fp32", 32), ("fsdp", "qsgd_scatter_reduce_allgather", 8),
+        ("fsdp", "qsgd_scatter_reduce_allgather", 4)]
+    assert all(o.fits for o in choice.options)
+    assert choice.best.iteration_s == min(o.iteration_s for o in choice.options)
+    capped = emulator.recommend_strategy(trace, G, compute=model, strategies=("fsdp",), bits=(8, 4),
+                                         budget=emulator.Budget(bits_per_element=6))
+    assert [o.bits for o in capped.options] == [32, 4]
+    with pytest.raises(emulator.ConfigError, match="strategies: 'fsdp2' is not one of"):
+        emulator.recommend_strategy(trace, G, compute=model, strategies=("fsdp2",))
+    big = emulator.ComputeModel.for_topology(G, trace, batch_size=1024)
+    with pytest.raises(emulator.ConfigError, match="no strategy of .* fits gpt2 at batch 1024"):
+        emulator.recommend_strategy(trace, G, compute=big, bits=())
