@@ -21,7 +21,8 @@ from emulator.compute import ALIASES, DEVICES, PRECISIONS, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
 from emulator.replaying import TRANSPORTS, collective_requests, replay
-from emulator.sharded import SHARDED_TRANSPORTS, ShardNetworks, machine_size, replay_sharded
+from emulator.sharded import SHARDED_TRANSPORTS
+from emulator.shardstudy import memory_of, shard_size, sharded_task
 from emulator.interpolation import DEFAULT_RTOL
 from emulator.estimate import estimate, task_label, wall_of
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
@@ -304,7 +305,7 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                   interpolate=None if cfg.exact else DEFAULT_RTOL)
     compute = cfg.compute_for(spec)
     if cfg.parallelism != "ddp":
-        return _sharded_task(cfg, G, net, compute, combos, state, str(G.graph.get("name", spec)))
+        return sharded_task(cfg, G, net, compute, combos, state, str(G.graph.get("name", spec)))
     if not cfg.exact:
         # the sweep needs every size of the task at once to pick which ones to simulate
         net.prefetch([r for bits, transport in combos for r in collective_requests(
@@ -318,36 +319,6 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                     replay(cfg.trace, G, transport=transport, compute=compute, network=net,
                            bits=bits if TRANSPORTS[transport].compressed else None)))
     return out
-
-
-def _sharded_task(cfg: StudyConfig, G, net: Network, compute: ComputeModel, combos,
-                  state: dict, name: str) -> list[tuple]:
-    """:func:`run_task` under a sharded strategy: each combo replayed by
-    :func:`replay_sharded`, the process groups' collectives cached across them."""
-    shard = _shard_size(cfg, G, net.world_size)
-    groups = ShardNetworks(net, shard or net.world_size)
-    out = []
-    for k, (bits, transport) in enumerate(combos):
-        state["combo"] = k
-        compressed = TRANSPORTS[transport].compressed
-        out.append((bits, transport, name, replay_sharded(
-            cfg.trace, G, parallelism=cfg.parallelism, transport=transport,
-            bits=bits if compressed else None, weight_bits=cfg.weight_bits if compressed else None,
-            compute=compute, network=net, shard_size=shard, networks=groups)))
-    return out
-
-
-def _shard_size(cfg: StudyConfig, G, world_size: int) -> int | None:
-    """HSDP's shard group on ``G`` at ``world_size`` (None for the other strategies)."""
-    import qsgd
-
-    if not qsgd.STRATEGIES[cfg.parallelism].hybrid:
-        return None
-    g = cfg.shard_size or machine_size(G)
-    if world_size % min(g, world_size):
-        raise ConfigError(f"parallelism='hsdp': a shard group of {g} GPUs does not divide "
-                          f"world_size={world_size}; use world sizes that are multiples of {g}")
-    return min(g, world_size)
 
 
 @functools.lru_cache(maxsize=4)
@@ -386,7 +357,7 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
     for spec in config.topologies:
         compute = config.compute_for(spec)
         batch = compute.batch_size or trace.batch_size
-        memory = _memory(config, spec, compute, batch)
+        memory = memory_of(config, spec, compute, batch)
         for w in config.world_sizes:
             dense = {t: preds.get((spec, w, DENSE_BITS[t], t)) for t in DENSE_BITS}
             for bits, transport in config.combos():
@@ -410,33 +381,6 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
                     memory_per_gpu=None if w not in memory else memory[w].total))
     return Study(tuple(rows), predictions={r.key: preds[r.key] for r in rows},
                  config=config.to_dict())
-
-
-def _memory(config: StudyConfig, spec: str, compute: ComputeModel, batch: int,
-            refuse: bool = False) -> dict:
-    """``{world size: emulator.memory.Memory}`` of topology ``spec`` (empty when the compute
-    model is not timed from operator records); with ``refuse``, ConfigError where a sharded
-    strategy does not fit the GPU (:func:`emulator.memory.check_fits`)."""
-    from emulator.compute import device
-    from emulator.memory import check_fits, memory_per_gpu
-
-    ops = getattr(config.trace, "operators", None)
-    if compute.precision is None or compute.device in ("measured", "custom") or ops is None:
-        return {}
-    dev = device(compute.device)
-    out = {}
-    for w in config.world_sizes:
-        shard = None
-        if config.parallelism == "hsdp":
-            shard = config.shard_size or machine_size(topology_for(spec, w))
-        if refuse:
-            out.update(check_fits(config.trace, config.parallelism, [w], precision=compute.precision,
-                                  batch_size=batch, device=dev, shard_size=shard))
-        else:
-            out[w] = memory_per_gpu(config.trace, config.parallelism, w, precision=compute.precision,
-                                    batch_size=batch, shard_size=shard,
-                                    device_bytes=dev.memory_bytes)
-    return out
 
 
 # ---------------------------------------------------------------- the study
@@ -522,10 +466,10 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
         if config.parallelism != "ddp":
             # a strategy the world size cannot form, a model that does not fit: said up front
             for w in config.world_sizes:
-                _shard_size(config, topology_for(spec, w), w)
+                shard_size(config, topology_for(spec, w), w)
             compute = config.compute_for(spec)
-            _memory(config, spec, compute, compute.batch_size or config.trace.batch_size,
-                    refuse=True)
+            memory_of(config, spec, compute, compute.batch_size or config.trace.batch_size,
+                      refuse=True)
     if time_limit_s is not None and (not is_number(time_limit_s) or not time_limit_s > 0):
         raise ConfigError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
     total = len(tasks)
