@@ -384,12 +384,17 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     spec = _topology_spec(params)
     # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
     dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]
+    parallelism = params.get("parallelism") or "ddp"
+    qsgd_transports = list(params["transports"])
+    if parallelism != "ddp" and api("qsgd", "STRATEGIES")[parallelism].grads == "reduce_scatter":
+        # a strategy that reduce-scatters takes QSGD's quantized reduce-scatter only
+        qsgd_transports = [t for t in qsgd_transports if t in api("emulator", "SHARDED_TRANSPORTS")]
     try:
         config = api("emulator", "StudyConfig")(
             world_sizes=tuple(params["world_sizes"]), bits=tuple(params["bits"]),
-            transports=tuple(dense + list(params["transports"])), topologies=(spec,), trace=trace,
+            transports=tuple(dense + qsgd_transports), topologies=(spec,), trace=trace,
             device=params.get("device") or "auto", batch_size=params.get("batch_size"),
-            precision=params.get("precision"))
+            precision=params.get("precision"), parallelism=parallelism)
     except ValueError as exc:
         raise DashboardError(f"study: {exc}") from None
     total = [1]

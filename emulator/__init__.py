@@ -34,6 +34,9 @@ from .sweep import size_sweep, sweep_sizes
 _LAZY = {
     ".replaying": ("TRANSPORTS", "Prediction", "bucket_plan", "collective_requests", "replay"),
     ".report": ("write_report",),
+    ".sharded": ("replay_sharded", "sharded_plan", "machine_size", "SHARDED_TRANSPORTS"),
+    ".memory": ("Memory", "memory_per_gpu"),
+    ".strategy": ("recommend_strategy", "StrategyChoice", "StrategyOption"),
     ".study": ("StudyConfig", "placement_notes", "resolve_compute", "run_study", "topology_for"),
     ".studyresult": ("Study", "StudyRow", "read_study"),
     ".validation": ("CollectivePoint", "MeasuredTrace", "TrainingPoint", "ValidationReport",
@@ -41,7 +44,7 @@ _LAZY = {
 }
 _HOME = {name: module for module, names in _LAZY.items() for name in names}
 _SUBMODULES = ("figures", "validation", "replaying", "report", "study", "studyresult",
-               "fastpath")
+               "fastpath", "sharded", "memory", "strategy")
 
 
 def __getattr__(name):
@@ -68,7 +71,9 @@ __all__ = [
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep", "sweep_sizes",
     "ComputeModel", "DEVICES", "PRECISIONS", "Network", "replay", "bucket_plan", "collective_requests",
-    "Prediction", "TRANSPORTS",
+    "Prediction", "TRANSPORTS", "replay_sharded", "sharded_plan", "machine_size",
+    "SHARDED_TRANSPORTS", "Memory", "recommend_strategy", "StrategyChoice", "StrategyOption",
+    "memory_per_gpu",
     "StudyConfig", "run_study", "placement_notes", "resolve_compute", "topology_for", "Study",
     "StudyRow", "read_study", "write_report", "figures", "fastpath",
     "Budget", "Candidate", "Recommendation", "VarianceModel", "pareto_front", "recommend",

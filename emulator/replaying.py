@@ -131,9 +131,10 @@ TRANSPORTS: dict[str, Transport] = {
 #: The transports a study compares unless told otherwise: the ones it always compared.
 STUDY_DEFAULT = ("fp32", "fp16", "qsgd_allgather", "qsgd_scatter_reduce_allgather")
 
-#: The emulator's algorithm for each plan op under each model (allreduce: the Network's own).
-_ALGORITHMS = {"nccl": {"allgather": "nccl", "alltoall": "nccl"},
-               "textbook": {"allgather": "ring", "alltoall": "direct"}}
+#: The emulator's algorithm for each plan op under each model (allreduce: the Network's own;
+#: reduce_scatter: the sharded plans' gradient reduction, :mod:`qsgd.shardplan`).
+_ALGORITHMS = {"nccl": {"allgather": "nccl", "alltoall": "nccl", "reduce_scatter": "nccl"},
+               "textbook": {"allgather": "ring", "alltoall": "direct", "reduce_scatter": "ring"}}
 
 
 # ---------------------------------------------------------------- per-bucket sizes

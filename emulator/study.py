@@ -21,6 +21,8 @@ from emulator.compute import ALIASES, DEVICES, PRECISIONS, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM, Network
 from emulator.replaying import STUDY_DEFAULT, TRANSPORTS, collective_requests, replay
+from emulator.sharded import SHARDED_TRANSPORTS
+from emulator.shardstudy import memory_of, shard_size, sharded_task
 from emulator.interpolation import DEFAULT_RTOL
 from emulator.estimate import estimate, task_label, wall_of
 from emulator.studyresult import COMM_BOUND_SHARE, Study, StudyRow
@@ -41,9 +43,11 @@ class StudyConfig:
         GPUs training.
     bits : tuple of int
         32 means the fp32 transport, 16 the fp16 transport and QSGD at 16 bits, 2..15 QSGD.
-    transports : tuple of str
-        Keys of :data:`emulator.TRANSPORTS` (default fp32, fp16 and the two QSGD ones;
-        ``powersgd``, PyTorch's PowerSGD hook at rank 1, comes as a row of width 32).
+    transports : tuple of str, optional
+        Keys of :data:`emulator.TRANSPORTS` (default: fp32, fp16 and the two QSGD ones,
+        :data:`emulator.replaying.STUDY_DEFAULT`; ``powersgd``, PyTorch's PowerSGD hook at rank
+        1, comes as a row of width 32; under a strategy that reduce-scatters, those it takes,
+        :data:`emulator.sharded.SHARDED_TRANSPORTS`).
     topologies : tuple of str
         Topology specs (:func:`topologies.from_spec`); ``{n}`` is replaced by the world size
         (``"switch:{n}"``) and ``{N}`` by the number of nodes a world size needs (e.g.
@@ -69,12 +73,23 @@ class StudyConfig:
         elsewhere. Against exact studies of the demo's grid at 8..1024 GPUs every row is
         within 4e-5 (``benchmarks/study_interpolation.py``, benchmarks/RESULTS.md); the
         default stays approximate only while that holds within 0.5 %.
+    parallelism : str
+        The data-parallel strategy, a key of :data:`qsgd.STRATEGIES`: ``"ddp"`` (the default,
+        :func:`emulator.replay`), or ``fsdp``, ``fsdp_grad_op``, ``hsdp``, ``zero1``, ``zero2``,
+        ``zero3`` (:func:`emulator.replay_sharded`). Under a sharded one the rows carry the
+        memory each GPU needs (:mod:`emulator.memory`) and :func:`run_study` refuses a grid
+        whose model does not fit the GPU.
+    weight_bits : int, optional
+        QSGD width of the parameter all-gathers in the QSGD rows of a sharded strategy (QSDP);
+        None keeps them dense.
+    shard_size : int, optional
+        HSDP's shard group (default: each topology's machine, its GPUs per host).
     """
 
     trace: object
     world_sizes: tuple = (8, 64, 512)
     bits: tuple = (32, 16, 8, 4, 2)
-    transports: tuple = STUDY_DEFAULT
+    transports: tuple | None = None
     topologies: tuple = ("cluster:dgx_a100x{N}",)
     device: str = "auto"
     algorithm: str = DEFAULT_ALGORITHM
@@ -82,12 +97,22 @@ class StudyConfig:
     exact: bool = False
     batch_size: int | None = None
     precision: str | None = None
+    parallelism: str = "ddp"
+    weight_bits: int | None = None
+    shard_size: int | None = None
 
     def __post_init__(self):
         import qsgd
 
         if not isinstance(self.trace, qsgd.PayloadTrace):
             raise ConfigError(f"StudyConfig.trace must be a qsgd.PayloadTrace, got {type(self.trace).__name__}")
+        if self.parallelism not in qsgd.STRATEGIES:
+            raise ConfigError(f"StudyConfig.parallelism: {self.parallelism!r} is not one of "
+                              f"{list(qsgd.STRATEGIES)}")
+        scatter = qsgd.STRATEGIES[self.parallelism].grads == "reduce_scatter"
+        if self.transports is None:
+            object.__setattr__(self, "transports", SHARDED_TRANSPORTS if scatter
+                               else STUDY_DEFAULT)
         for name in ("world_sizes", "bits", "transports", "topologies"):
             v = getattr(self, name)
             if isinstance(v, str) or not hasattr(v, "__iter__"):
@@ -106,6 +131,19 @@ class StudyConfig:
             if t not in TRANSPORTS or not TRANSPORTS[t].study:
                 raise ConfigError(f"StudyConfig.transports: {t!r} is not one of "
                                   f"{sorted(k for k, v in TRANSPORTS.items() if v.study)}")
+            if scatter and t not in SHARDED_TRANSPORTS:
+                raise ConfigError(f"StudyConfig.transports: {t!r} does not reduce-scatter; with "
+                                  f"parallelism={self.parallelism!r} use {list(SHARDED_TRANSPORTS)}")
+        if self.weight_bits is not None and (not is_int(self.weight_bits)
+                                             or not 2 <= self.weight_bits <= 16):
+            raise ConfigError(f"StudyConfig.weight_bits must be None or an int in [2, 16], got "
+                              f"{self.weight_bits!r}")
+        if self.weight_bits is not None and self.parallelism == "ddp":
+            raise ConfigError("StudyConfig.weight_bits: parameters are gathered only by a sharded "
+                              "strategy, not by parallelism='ddp'")
+        if self.shard_size is not None and (not is_int(self.shard_size) or self.shard_size < 1):
+            raise ConfigError(f"StudyConfig.shard_size must be None or an int >= 1, got "
+                              f"{self.shard_size!r}")
         for s in self.topologies:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"StudyConfig.topologies: {s!r} is not a topology spec")
@@ -154,10 +192,14 @@ class StudyConfig:
         compute = None if self.compute is None else (
             {k: v.to_dict() for k, v in self.compute.items()} if isinstance(self.compute, dict)
             else self.compute.to_dict())
-        return {"model": self.trace.model, "world_sizes": list(self.world_sizes), "bits": list(self.bits),
-                "transports": list(self.transports), "topologies": list(self.topologies),
-                "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
-                "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
+        d = {"model": self.trace.model, "world_sizes": list(self.world_sizes), "bits": list(self.bits),
+             "transports": list(self.transports), "topologies": list(self.topologies),
+             "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
+             "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
+        if self.parallelism != "ddp":       # a DDP study's config reads as it always did
+            d.update(parallelism=self.parallelism, weight_bits=self.weight_bits,
+                     shard_size=self.shard_size)
+        return d
 
 
 def resolve_compute(config: StudyConfig) -> dict:
@@ -266,6 +308,8 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                   interpolate=None if cfg.exact else DEFAULT_RTOL,
                   engine_budget_s=None if cfg.exact else ENGINE_BUDGET_S)
     compute = cfg.compute_for(spec)
+    if cfg.parallelism != "ddp":
+        return sharded_task(cfg, G, net, compute, combos, state, str(G.graph.get("name", spec)))
     if not cfg.exact:
         # the sweep needs every size of the task at once to pick which ones to simulate
         net.prefetch([r for bits, transport in combos for r in collective_requests(
@@ -322,6 +366,7 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
     for spec in config.topologies:
         compute = config.compute_for(spec)
         batch = compute.batch_size or trace.batch_size
+        memory = memory_of(config, spec, compute, batch)
         for w in config.world_sizes:
             dense = {t: preds.get((spec, w, DENSE_BITS[t], t)) for t in DENSE_BITS}
             for bits, transport in config.combos():
@@ -340,7 +385,9 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
                     else "compute",
                     model=trace.model, batch_size=batch, device=compute.device,
                     precision=compute.precision or "as measured",
-                    algorithm=config.algorithm, source=f"{pred.source}; compute: {compute.source}"))
+                    algorithm=config.algorithm, source=f"{pred.source}; compute: {compute.source}",
+                    parallelism=config.parallelism,
+                    memory_per_gpu=None if w not in memory else memory[w].total))
     return Study(tuple(rows), predictions={r.key: preds[r.key] for r in rows},
                  config=config.to_dict())
 
@@ -425,6 +472,13 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     tasks = _tasks(config)
     for spec in config.topologies:  # a bad spec fails here, before any work is sent out
         topology_for(spec, min(config.world_sizes) if "{" in spec else max(config.world_sizes))
+        if config.parallelism != "ddp":
+            # a strategy the world size cannot form, a model that does not fit: said up front
+            for w in config.world_sizes:
+                shard_size(config, topology_for(spec, w), w)
+            compute = config.compute_for(spec)
+            memory_of(config, spec, compute, compute.batch_size or config.trace.batch_size,
+                      refuse=True)
     if time_limit_s is not None and (not is_number(time_limit_s) or not time_limit_s > 0):
         raise ConfigError(f"time_limit_s must be a number of seconds > 0, got {time_limit_s!r}")
     total = len(tasks)

@@ -73,6 +73,12 @@ class StudyRow:
     device, precision, algorithm, source : str
         The compute model's device and training precision, the dense transports' allreduce
         algorithm, and where the payload sizes and compute times come from.
+    parallelism : str
+        The data-parallel strategy (a key of :data:`qsgd.STRATEGIES`; ``"ddp"`` in files
+        written before strategies existed).
+    memory_per_gpu : float or None
+        Bytes one GPU needs under it (model states and activations, :mod:`emulator.memory`);
+        None where the compute was not timed from operator records.
     """
 
     topology: str
@@ -96,6 +102,8 @@ class StudyRow:
     precision: str
     algorithm: str
     source: str
+    parallelism: str = "ddp"
+    memory_per_gpu: float | None = None
 
     @property
     def key(self) -> tuple:
@@ -122,6 +130,9 @@ class StudyRow:
             raise TraceError(f"{where}: {d!r} is not an object")
         values = {}
         for f in fields(cls):
+            if f.name in _OPTIONAL and f.name not in d:   # rows written before they existed
+                values[f.name] = f.default
+                continue
             v = required(d, f.name, f"{where}.")
             path = f"{where}.{f.name}"
             if f.type == "int":
@@ -137,6 +148,9 @@ class StudyRow:
                              f"{sorted(TRANSPORTS)}")
         return cls(**values)
 
+
+#: Columns a row may lack (files written before them), taking their defaults.
+_OPTIONAL = ("parallelism", "memory_per_gpu")
 
 #: CSV and JSON columns: the fields of :class:`StudyRow`, in order.
 COLUMNS = tuple(f.name for f in fields(StudyRow))
@@ -328,20 +342,29 @@ LEGEND = (
     "iter ms: predicted time of one training iteration; samples/s: over all GPUs; "
     "speedup: fp32 iteration / this one; eff: scaling efficiency = compute / iteration; "
     "MB/GPU: bytes each GPU sends per iteration (1 MB = 1e6 bytes); exposed ms: communication "
-    "not hidden behind compute; codec ms: QSGD encode + decode (partly hidden).")
+    "not hidden behind compute; codec ms: QSGD encode + decode (partly hidden); GB/GPU (sharded "
+    "studies): memory one GPU needs, model states and activations (1 GB = 1e9 bytes).")
 
 
 def summary_table(study: Study) -> str:
     """A fixed-width text table of the rows, then its legend (one line per row)."""
     head = ("topology", "GPUs", "batch/GPU", "bits", "transport", "iter ms", "samples/s",
             "speedup", "eff", "MB/GPU", "exposed ms", "codec ms")
+    # a sharded study says its strategy and the memory a GPU needs (a DDP table reads as before)
+    sharded = any(r.parallelism != "ddp" for r in study.rows)
+    if sharded:
+        head += ("strategy", "GB/GPU")
     lines = [head]
     for r in study.rows:
-        lines.append((r.topology_name, str(r.world_size), str(r.batch_size), str(r.bits),
-                      r.transport, f"{1e3 * r.iteration_s:.2f}", f"{r.throughput_samples_s:.1f}",
-                      "-" if r.speedup_vs_fp32 is None else f"{r.speedup_vs_fp32:.2f}x",
-                      f"{r.scaling_efficiency:.2f}", f"{r.bytes_per_gpu / 1e6:.2f}",
-                      f"{1e3 * r.exposed_comm_s:.2f}", f"{1e3 * r.encode_decode_s:.2f}"))
+        line = (r.topology_name, str(r.world_size), str(r.batch_size), str(r.bits),
+                r.transport, f"{1e3 * r.iteration_s:.2f}", f"{r.throughput_samples_s:.1f}",
+                "-" if r.speedup_vs_fp32 is None else f"{r.speedup_vs_fp32:.2f}x",
+                f"{r.scaling_efficiency:.2f}", f"{r.bytes_per_gpu / 1e6:.2f}",
+                f"{1e3 * r.exposed_comm_s:.2f}", f"{1e3 * r.encode_decode_s:.2f}")
+        if sharded:
+            line += (r.parallelism, "-" if r.memory_per_gpu is None
+                     else f"{r.memory_per_gpu / 1e9:.1f}")
+        lines.append(line)
     widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
     table = "\n".join("  ".join(c.rjust(w) if i >= 1 else c.ljust(w)
                                 for i, (c, w) in enumerate(zip(line, widths)))

@@ -22,6 +22,8 @@ from .measurement import add_operators, measure
 from .models import MODELS, build_model
 from .operators import Operators, record_operators
 from .quantizer import Quantized, dequantize, quantize
+from .shardplan import (STRATEGIES, GroupCollective, ShardPlan, Strategy, Unit, UnitPlan,
+                        shard_plan, units_of, zero_buckets)
 from .trace import PayloadTrace
 from .tracevariance import BucketVariance
 from .variance import lemma31_bound, variance_ratios
@@ -34,5 +36,8 @@ __all__ = [
     "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
     "add_operators", "record_operators", "Operators",
     "measure_host", "PayloadTrace", "BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan",
-    "PowerSGDConfig", "CompressorConfig", "COMPRESSORS", "BucketVariance", "lemma31_bound", "variance_ratios",
+    "PowerSGDConfig", "CompressorConfig", "COMPRESSORS", "BucketVariance", "lemma31_bound",
+    "variance_ratios",
+    "STRATEGIES", "Strategy", "Unit", "UnitPlan", "ShardPlan", "GroupCollective", "shard_plan",
+    "units_of", "zero_buckets",
 ]

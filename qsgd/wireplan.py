@@ -64,8 +64,9 @@ from qsgd.wire import overhead_nbytes
 __all__ = ["BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan", "wire_bytes", "TRANSPORTS",
            "OPS"]
 
-#: Collective ops a plan uses (the emulator's op names).
-OPS = ("allreduce", "allgather", "alltoall")
+#: Collective ops a plan uses (the emulator's op names; ``reduce_scatter`` in the sharded
+#: plans of :mod:`qsgd.shardplan`).
+OPS = ("allreduce", "allgather", "alltoall", "reduce_scatter")
 #: bytes per element of the dtypes a plan hands the process group
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "uint8": 1, "int64": 8}
 #: the two int64 (payload bytes, elements) each rank contributes to an elias size all_gather
@@ -166,15 +167,17 @@ class Collective:
     ----------
     name : str
         What it moves ("payload all_gather", "chunk all_to_all", ...).
-    op : {"allreduce", "allgather", "alltoall"}
+    op : {"allreduce", "allgather", "alltoall", "reduce_scatter"}
     dtype : str
         Element type of the tensor handed to the process group (a :data:`DTYPE_BYTES` key).
     nbytes : int
-        Bytes each rank hands the process group: the tensor reduced (allreduce), contributed
-        (allgather) or sent to all ranks together, itself included (alltoall).
+        Bytes each rank hands the process group: the tensor reduced (allreduce, and the whole
+        input of a reduce_scatter), contributed (allgather) or sent to all ranks together,
+        itself included (alltoall).
     wire_bytes : int
         Bytes one rank sends to the others: ``(p-1) nbytes`` for an allgather (every peer gets
-        it), ``(p-1)/p nbytes`` for an alltoall, ``2 (p-1)/p nbytes`` for a ring allreduce
+        it), ``(p-1)/p nbytes`` for an alltoall or a reduce_scatter, ``2 (p-1)/p nbytes`` for a
+        ring allreduce
         (Patarasuk & Yuan 2009), rounded.
     after : int or None
         Index of the plan step it waits for; None: issued when the hook is called.
@@ -285,7 +288,8 @@ def wire_bytes(op: str, nbytes: int, p: int) -> int:
         return 0
     if op == "allgather":
         return (p - 1) * nbytes
-    if op == "alltoall":
+    if op in ("alltoall", "reduce_scatter"):
+        # a ring reduce-scatter of an ``nbytes`` input passes on (p-1) of its p segments
         return round((p - 1) * nbytes / p)
     return round(2 * (p - 1) * nbytes / p)
 

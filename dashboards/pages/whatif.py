@@ -41,6 +41,7 @@ DEFAULTS: dict[str, Any] = {
     "device": "",
     "batch": "",
     "precision": "",
+    "parallelism": "ddp",
     "metric": "throughput_samples_s",
 }
 #: URL query key -> form component id (the state that a shared URL restores).
@@ -49,12 +50,13 @@ QUERY_IDS: dict[str, str] = {
     "bits": "whatif-bits", "bucket": "whatif-bucket", "transports": "whatif-transports",
     "sizes": "whatif-sizes", "device": "whatif-device", "batch": "whatif-batch",
     "precision": "whatif-precision", "metric": "whatif-metric",
+    "parallelism": "whatif-parallelism",
 }
 
 
 def params_from_form(*, topology, spec, topology_upload, topology_filename, model, trace_upload,
                      trace_filename, bits, bucket, transports, sizes, device, batch=None,
-                     precision=None) -> dict:
+                     precision=None, parallelism=None) -> dict:
     """Validated study parameters (JSON-ready) from the raw form values.
 
     Raises
@@ -100,6 +102,7 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
     params["batch_size"] = None if batch in (None, "") else \
         forms.parse_int(batch, "whatif-batch", min_value=1, max_value=1 << 20)
     params["precision"] = precision or None
+    params["parallelism"] = parallelism or "ddp"
     return params
 
 
@@ -150,18 +153,19 @@ def _options(ctx) -> tuple[dict[str, list], str]:
     import topologies
 
     opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": [],
-            "precision": []}
+            "precision": [], "parallelism": []}
     problems = []
     for key, (module, name) in {"model": ("qsgd", "MODELS"), "device": ("emulator", "DEVICES"),
                                 "transports": ("emulator", "TRANSPORTS"),
-                                "precision": ("emulator", "PRECISIONS")}.items():
+                                "precision": ("emulator", "PRECISIONS"),
+                                "parallelism": ("qsgd", "STRATEGIES")}.items():
         try:
             names = jobs.api(module, name)
         except RuntimeError as exc:
             problems.append(str(exc))
             continue
         opts[key] = jobs.qsgd_transports() if key == "transports" else \
-            list(names) if key == "precision" else sorted(names)
+            list(names) if key in ("precision", "parallelism") else sorted(names)
     if opts["device"]:
         opts["device"] = ["measured"] + opts["device"]
     return opts, "; ".join(problems)
@@ -208,6 +212,10 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                                    value=q.get("precision") or None,
                                    placeholder="the GPU's usual (amp-bf16 from Ampere)")],
                      className="field"),
+            html.Div([label("data parallelism", "whatif-parallelism"),
+                      dcc.Dropdown(id="whatif-parallelism", options=opts["parallelism"],
+                                   value=q.get("parallelism", DEFAULTS["parallelism"]),
+                                   clearable=False)], className="field"),
         ], className="row"),
         html.Div([
             html.Div([label("bits", "whatif-bits"),
@@ -263,7 +271,7 @@ def register(app, ctx) -> None:
         State("whatif-bucket", "value"), State("whatif-transports", "value"),
         State("whatif-sizes", "value"), State("whatif-device", "value"),
         State("whatif-batch", "value"), State("whatif-precision", "value"),
-        State("whatif-tab", "data"),
+        State("whatif-parallelism", "value"), State("whatif-tab", "data"),
     ]
 
     @app.callback(Output("url", "search"), [Input(i, "value") for i in QUERY_IDS.values()],
@@ -282,7 +290,7 @@ def register(app, ctx) -> None:
         cancel=[Input("whatif-cancel", "n_clicks")],
     )
     def _run(set_progress, _n, topology, spec, topo_up, topo_name, model, trace_up, trace_name,
-             bits, bucket, transports, sizes, device, batch, precision, _tab):
+             bits, bucket, transports, sizes, device, batch, precision, parallelism, _tab):
         def progress(done, total, text):
             set_progress((str(done), str(max(total, 1)), text))
 
@@ -291,7 +299,8 @@ def register(app, ctx) -> None:
                 topology=topology, spec=spec, topology_upload=topo_up,
                 topology_filename=topo_name, model=model, trace_upload=trace_up,
                 trace_filename=trace_name, bits=bits, bucket=bucket, transports=transports,
-                sizes=sizes, device=device, batch=batch, precision=precision)
+                sizes=sizes, device=device, batch=batch, precision=precision,
+                parallelism=parallelism)
             params["cache_dir"] = ctx.cache_dir  # measured traces are reused across studies
             results = jobs.whatif_job(params, progress)
         except (ValueError, RuntimeError, OSError) as exc:

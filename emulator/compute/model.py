@@ -19,7 +19,7 @@ the codec free, which the replay's limit tests use).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from emulator.errors import ConfigError
 from emulator._checks import is_int, is_number
@@ -52,6 +52,34 @@ def _measured_seconds(measured, batch: int, dev, prec):
         seconds.append(s * here / there if there > 0 else here)
     return ops, tuple(seconds), (f"the trace's per-operator seconds measured on {src.name}, "
                                  f"each scaled by the model's {src.name}-to-{dev.name} ratio")
+
+
+def _div(pair: tuple[int, int], k: int) -> tuple[int, int]:
+    """An affine count's share of one of ``k`` shards."""
+    return -(-pair[0] // k), -(-pair[1] // k)
+
+
+@dataclass(frozen=True)
+class UnitTimes:
+    """Where a sharded step's units compute (:meth:`ComputeModel.unit_times`), seconds.
+
+    Attributes
+    ----------
+    forward_s, backward_s, optimizer_s : float
+        The phases (the optimizer on one shard).
+    forward_start : tuple of float
+        Per unit, from the start of forward until its first operator would start.
+    backward_start, ready : tuple of float
+        Per unit, from the start of backward until its backward starts and until its last
+        gradient is ready.
+    """
+
+    forward_s: float
+    backward_s: float
+    optimizer_s: float
+    forward_start: tuple = field(default=())
+    backward_start: tuple = field(default=())
+    ready: tuple = field(default=())
 
 
 def _seconds(name: str, value) -> float | None:
@@ -178,6 +206,78 @@ class ComputeModel:
                 ratio = qsgd.payload_nbytes(b.compressed_numel, cfg) / measured
                 enc, dec = enc * ratio, dec * ratio
         return enc * self.codec_scale, dec * self.codec_scale
+
+    def unit_times(self, trace, units, *, shards: int = 1) -> "UnitTimes":
+        """Where each unit of a sharded step (lists of parameter names) computes, from the
+        trace's operators on this model's GPU, batch and precision.
+
+        A unit's forward starts where the first operator reading one of its parameters would
+        start (``first_use``): its gathered parameters must be there by then. In backward a
+        unit's gradients are all ready when the last of them is (``ready``), and its backward
+        starts when the last gradient of another unit that precedes its first was ready
+        (autocast's backward reads the weights' casts, not the parameters, so ``first_use``
+        cannot place it). The optimizer step runs on ``1 / shards`` of every parameter (a
+        sharded optimizer state): its operators' bytes and FLOPs divided by ``shards``, their
+        launches as many.
+
+        Parameters
+        ----------
+        trace : qsgd.PayloadTrace
+            With operator records.
+        units : sequence of sequence of str
+            Parameter names per unit.
+        shards : int
+            Ranks the optimizer state is sharded over.
+
+        Returns
+        -------
+        UnitTimes
+
+        Examples
+        --------
+        >>> import emulator, qsgd
+        >>> trace = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta")
+        >>> m = emulator.ComputeModel.for_device("H100", trace, batch_size=8)
+        >>> units = [u.params for u in qsgd.units_of(trace.operators.parameters)]
+        >>> t = m.unit_times(trace, units, shards=8)
+        >>> t.forward_start[1] < t.forward_start[2] and t.ready[2] < t.ready[1]   # blocks in order
+        True
+        >>> t.optimizer_s < m.phases(trace)[2]                  # an eighth of the update
+        True
+        """
+        if self.precision is None or self.batch_size is None or self.device in ("measured", "custom"):
+            raise ConfigError(f"unit_times needs a model timed from operator records "
+                              f"(ComputeModel.for_device), not {self.source!r}")
+        if not is_int(shards) or shards < 1:
+            raise ConfigError(f"shards must be an int >= 1, got {shards!r}")
+        dev = device_named(self.device)
+        prec = precision_named(self.precision)
+        ops = trace.operators.family(prec.family)
+        times = step_times(ops, self.batch_size, dev, prec)
+        opt_s = times.optimizer_s
+        if shards > 1:
+            cut = tuple(replace(o, bytes=_div(o.bytes, shards), flops=_div(o.flops, shards))
+                        if o.phase == "optimizer" else o for o in ops.ops)
+            opt_s = step_times(type(ops)(ops.family, cut, ops.ready, ops.optimizer),
+                               self.batch_size, dev, prec).optimizer_s
+        fwd_end = times.forward_s
+        ready_of = {n: times.ready_s.get(n, times.backward_s) for n in ops.ready}
+        starts, readies, bwd_starts = [], [], []
+        for names in units:
+            names = tuple(names)
+            firsts = [ops.first_use[n][0] for n in names
+                      if n in ops.first_use and ops.first_use[n][0] is not None]
+            f = min(firsts, default=0)
+            starts.append(times.ends[f - 1] if f > 0 else 0.0)
+            own = [ready_of.get(n, times.backward_s) for n in names]
+            readies.append(max(own, default=times.backward_s))
+            first = min(own, default=0.0)
+            before = [r for n, r in ready_of.items() if n not in names and r <= first]
+            bwd_starts.append(max(before, default=0.0))
+        s = self.compute_scale
+        return UnitTimes(fwd_end * s, times.backward_s * s, opt_s * s,
+                         tuple(x * s for x in starts), tuple(x * s for x in bwd_starts),
+                         tuple(x * s for x in readies))
 
     def to_dict(self) -> dict:
         return {"device": self.device, "precision": self.precision, "batch_size": self.batch_size,

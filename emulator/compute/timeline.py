@@ -39,6 +39,9 @@ class StepTimes:
         ``(phase, kind)`` -> device seconds of those kernels (their sum; no host waits).
     host_bound_s : float
         Seconds the GPU waited for the host to issue work.
+    ends : tuple of float
+        When each operator's kernel ends, seconds from the start of the step (what a sharded
+        step's units are placed by, :meth:`emulator.ComputeModel.unit_times`).
     """
 
     forward_s: float
@@ -47,6 +50,7 @@ class StepTimes:
     ready_s: dict
     kernel_s: dict = field(default_factory=dict)
     host_bound_s: float = 0.0
+    ends: tuple = field(default=(), repr=False, compare=False)
 
     @property
     def step_s(self) -> float:
@@ -99,4 +103,5 @@ def step_times(opset, batch: int, device: Device, precision: Precision,
     opt_end = end_of("optimizer", bwd_end)
     ready = {name: max(0.0, (ends[k - 1] if k > 0 else 0.0) - fwd_end)
              for name, k in opset.ready.items()}
-    return StepTimes(fwd_end, bwd_end - fwd_end, opt_end - bwd_end, ready, kernels, waited)
+    return StepTimes(fwd_end, bwd_end - fwd_end, opt_end - bwd_end, ready, kernels, waited,
+                     tuple(ends))

@@ -60,14 +60,17 @@ class _Attention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, recorder, causal, q, k, v):
         ctx.recorder, ctx.causal = recorder, causal
-        ctx.save_for_backward(q, k, v)
         out = q.new_empty((*q.shape[:-1], v.shape[-1]))
+        # FlashAttention keeps Q, K, V, the output and one float32 log-sum-exp per query row
+        # for its backward (Dao et al. 2022, Algorithm 2)
+        ctx.save_for_backward(q, k, v, out)
+        recorder.saved_extra(out.numel() // out.shape[-1] * 4)
         recorder.attention(q, k, v, out, causal, backward=False)
         return out
 
     @staticmethod
     def backward(ctx, grad):
-        q, k, v = ctx.saved_tensors
+        q, k, v, _ = ctx.saved_tensors
         ctx.recorder.attention(q, k, v, grad, ctx.causal, backward=True)
         return None, None, q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
@@ -110,6 +113,7 @@ class Functions(TorchFunctionMode):
                 key = id(value)
                 if key not in self._cache or self._cache[key].dtype != dtype:
                     self._cache[key] = value.to(dtype)
+                    self.recorder.cast_of_parameter(self._cache[key])
                 return self._cache[key]
             return value.to(dtype)
         if isinstance(value, (list, tuple)):

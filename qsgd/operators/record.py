@@ -79,6 +79,9 @@ class _Recorder(TorchDispatchMode):
         #: list maps that position to its record (None: no kernel) -- a measured step
         self.calls: list | None = None
         self.first_use: dict[str, list] = {}   # name -> [forward index, backward index]
+        self.derived: dict[int, torch.Tensor] = {}  # autocast's casts of parameters, by id
+        self._saved: dict[int, torch.Tensor] = {}   # tensors autograd saved, by id of their base
+        self.saved_bytes = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -149,6 +152,26 @@ class _Recorder(TorchDispatchMode):
             total += _nbytes(t)
         return total + sum(_nbytes(t) for t in {id(t): t for t in outs}.values())
 
+    def cast_of_parameter(self, t: torch.Tensor) -> None:
+        """Note ``t`` as a parameter's autocast copy: not an activation (a sharded step
+        gathers the parameters in the lower precision and casts nothing)."""
+        self.derived[id(t)] = t
+
+    def save(self, t: torch.Tensor) -> torch.Tensor:
+        """The pack hook of :func:`torch.autograd.graph.saved_tensors_hooks`: count the bytes
+        of each tensor autograd keeps for backward once (views by their base), parameters,
+        views of them and their casts left out."""
+        base = t._base if t._base is not None else t
+        key = id(base)
+        if key not in self.params and key not in self.derived and key not in self._saved:
+            self._saved[key] = base
+            self.saved_bytes += _nbytes(base)
+        return t
+
+    def saved_extra(self, nbytes: int) -> None:
+        """Bytes a fused kernel keeps for its backward beyond its saved inputs."""
+        self.saved_bytes += int(nbytes)
+
     def extra_read(self, t: torch.Tensor) -> None:
         """Add ``t``'s bytes to the next record (an attention mask read by the fused kernel)."""
         self._pending_read += _nbytes(t)
@@ -203,14 +226,20 @@ def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Rec
     recorder.rows.clear()
     recorder.first_use.clear()
     recorder.params = {id(p): n for n, p in model.named_parameters()}
+    recorder.derived.clear()
+    recorder._saved.clear()
+    recorder.saved_bytes = 0
     ready.clear()
+    # what autograd keeps from forward to backward (the activations' memory)
+    saving = torch.autograd.graph.saved_tensors_hooks(recorder.save, lambda t: t)
     with functions, recorder:
         recorder.phase = "forward"
-        out = model(x)
-        if target is not None:
-            loss = model.loss(out, target)
-        else:   # any other module: the mean square of its output, a real backward through all
-            loss = (out.float() if isinstance(out, torch.Tensor) else out[0].float()).square().mean()
+        with saving:
+            out = model(x)
+            if target is not None:
+                loss = model.loss(out, target)
+            else:   # any other module: the mean square of its output, a real backward through all
+                loss = (out.float() if isinstance(out, torch.Tensor) else out[0].float()).square().mean()
         if device == "meta":
             functions.clear_cache()
     with recorder:
@@ -304,7 +333,7 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
         raise ModelError(f"input_shape is needed for {type(model).__name__} (it has no "
                          f"example_input), got {input_shape!r}")
     base = _to_meta(model)
-    out = {}
+    out, sizes = {}, {}
     for family in families:
         param_dtype, _ = _FAMILY[family]
         m = copy.deepcopy(base).to(param_dtype).train()
@@ -321,7 +350,7 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
 
         hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
         opt = OPTIMIZERS[optimizer]([p for _, p in params])
-        rows, readies, uses = [], [], []
+        rows, readies, uses, saved = [], [], [], []
         try:
             for b in BATCHES:
                 _step(m, opt, family, b, input_shape, recorder, ready, channels_last,
@@ -329,19 +358,28 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
                 rows.append(list(recorder.rows))
                 readies.append(dict(ready))
                 uses.append({k: tuple(v) for k, v in recorder.first_use.items()})
+                saved.append(recorder.saved_bytes)
+                recorder._saved.clear()
+                recorder.derived.clear()
         finally:
             for h in hooks:
                 h.remove()
         if readies[0] != readies[1]:
             raise ModelError(f"operators ({family}): gradients become ready at other operators "
                              f"at batch {BATCHES[0]} and {BATCHES[1]}")
+        try:
+            kept = affine_fit(saved[0], saved[1], *BATCHES, f"operators ({family}) saved bytes")
+        except ValueError as exc:
+            raise ModelError(str(exc)) from None
         out[family] = OperatorSet(family, _fit(rows[0], rows[1], family), readies[0], optimizer,
-                                  uses[0])
+                                  uses[0], kept)
+        sizes = {n: p.numel() for n, p in params}
     tb = getattr(model, "training_batch_size", None)
     extra = {"memory_format": "channels_last"} if channels_last else {}
     if not fused_attention:
         extra["attention"] = "math"
-    return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra=extra)
+    return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra=extra,
+                     parameters=sizes)
 
 
 def _to_meta(model: torch.nn.Module) -> torch.nn.Module:

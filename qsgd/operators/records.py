@@ -168,6 +168,12 @@ class OperatorSet:
         Parameter name -> ``(forward, backward)``: how many operators were issued before the
         first one that reads it in each phase (None where none does). What a sharded step
         (FSDP) gathers the parameter before.
+    saved : tuple of int
+        Bytes autograd keeps from forward for backward (the activations), an affine pair in
+        the batch: every distinct tensor saved once, parameters, their views and autocast's
+        copies of them left out, a fused attention's log-sum-exp in. What the step's
+        activations hold at the end of forward (``emulator.memory``); ``(0, 0)`` in
+        records older than it.
     """
 
     family: str
@@ -175,6 +181,7 @@ class OperatorSet:
     ready: Mapping[str, int]
     optimizer: str
     first_use: Mapping[str, tuple] = field(default_factory=dict)
+    saved: tuple[int, int] = (0, 0)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -196,9 +203,12 @@ class OperatorSet:
         return (idx[0], idx[-1] + 1) if idx else (0, 0)
 
     def to_dict(self) -> dict:
-        return {"optimizer": self.optimizer, "ready": dict(self.ready),
-                "first_use": {k: list(v) for k, v in self.first_use.items()},
-                "ops": [o.to_dict() for o in self.ops]}
+        d = {"optimizer": self.optimizer, "ready": dict(self.ready),
+             "first_use": {k: list(v) for k, v in self.first_use.items()},
+             "ops": [o.to_dict() for o in self.ops]}
+        if any(self.saved):
+            d["saved"] = list(self.saved)
+        return d
 
     @classmethod
     def from_dict(cls, family: str, d, path: str) -> "OperatorSet":
@@ -225,7 +235,8 @@ class OperatorSet:
         if not isinstance(uses, Mapping):
             raise TraceError(f"{path}.first_use must be an object, got {uses!r}")
         return cls(family, parsed, dict(ready), d["optimizer"],
-                   {k: tuple(v) if isinstance(v, list) else v for k, v in uses.items()})
+                   {k: tuple(v) if isinstance(v, list) else v for k, v in uses.items()},
+                   _affine(d.get("saved", [0, 0]), f"{path}.saved"))
 
 
 @dataclass(frozen=True)
@@ -245,6 +256,9 @@ class Operators:
         One real step's operators with their measured seconds (a trace measured on a GPU).
     extra : dict
         Unknown fields, written back unchanged.
+    parameters : dict
+        Parameter name -> elements, in registration order (``model.named_parameters()``,
+        shared ones once): what a sharded step's units hold. Empty in older records.
     """
 
     families: Mapping[str, OperatorSet]
@@ -252,6 +266,12 @@ class Operators:
     training_batch_size: int | None = None
     measured: object = None
     extra: dict = field(default_factory=dict, compare=False, repr=False)
+    parameters: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for name, n in self.parameters.items():
+            if not isinstance(name, str) or not is_int(n) or n < 1:
+                raise TraceError(f"operators.parameters[{name!r}] must be an int >= 1, got {n!r}")
 
     def family(self, name: str) -> OperatorSet:
         """The :class:`OperatorSet` of family ``name``; TraceError naming the recorded ones."""
@@ -267,6 +287,8 @@ class Operators:
             d["training_batch_size"] = self.training_batch_size
         if self.measured is not None:
             d["measured"] = self.measured.to_dict()
+        if self.parameters:
+            d["parameters"] = dict(self.parameters)
         return d
 
     @classmethod
@@ -292,9 +314,12 @@ class Operators:
             from .measured import MeasuredOperators
 
             measured = MeasuredOperators.from_dict(d["measured"], f"{path}.measured")
-        return cls(families, method, tb, measured,
-                   {k: v for k, v in d.items()
-                    if k not in ("method", "families", "training_batch_size", "measured")})
+        params = d.get("parameters", {})
+        if not isinstance(params, Mapping):
+            raise TraceError(f"{path}.parameters must be an object, got {params!r}")
+        known = ("method", "families", "training_batch_size", "measured", "parameters")
+        return cls(families, method, tb, measured, {k: v for k, v in d.items() if k not in known},
+                   dict(params))
 
 
 def affine_fit(v1: int, v2: int, b1: int, b2: int, what: str) -> tuple[int, int]:

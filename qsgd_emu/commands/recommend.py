@@ -50,6 +50,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bits", type=int_list("bits"),
                         help="comma-separated widths allowed (default: all the trace measured)")
     computeargs.add_arguments(parser)
+    parser.add_argument("--parallelism", default="ddp", metavar="STRATEGIES",
+                        help="ddp (default): QSGD widths per DDP bucket; 'auto' or a comma-separated "
+                             "list of strategies (ddp, zero1, zero2, zero3, fsdp, fsdp_grad_op, "
+                             "hsdp): the fastest strategy, transport and uniform width (--bits, "
+                             "default 8,4) that fit the GPU's memory")
     parser.add_argument("--exhaustive", action="store_true",
                         help="evaluate every combination instead of the greedy search (small cases)")
     parser.add_argument("--workers", type=_workers_arg, default="auto",
@@ -140,6 +145,51 @@ def format_text(rec) -> str:
     return "\n".join(lines)
 
 
+def _strategies(args, trace) -> int:
+    """``--parallelism`` other than ddp: the strategy recommendation per world size."""
+    import emulator
+    import qsgd
+
+    names = None if args.parallelism == "auto" else _names(args.parallelism)
+    out = []
+    for w in args.world_sizes:
+        G = emulator.topology_for(args.topology, w)
+        compute = emulator.ComputeModel.for_topology(G, trace, device=args.device,
+                                                     batch_size=args.batch_size,
+                                                     precision=args.precision)
+        has_variance = all(b.variance is not None for b in trace.buckets)
+        budget = _budget(args, trace, w) if has_variance or args.max_bits_per_element else None
+        choice = emulator.recommend_strategy(trace, G, world_size=w, compute=compute,
+                                             strategies=names, bits=args.bits or (8, 4),
+                                             budget=budget)
+        out.append(choice)
+        if not args.json:
+            b = choice.best
+            print(f"{args.topology} at {w} GPUs ({choice.device}, "
+                  f"{choice.device_bytes / 1e9:.0f} GB): {b.strategy} with {b.transport}"
+                  f"{'' if b.transport == 'fp32' else f' {b.bits}-bit'}, "
+                  f"{b.iteration_s * 1e3:.1f} ms/iteration, {b.memory_per_gpu / 1e9:.1f} GB per GPU")
+            if budget is None:
+                print("  (no variance budget applied: the trace has no variance records)")
+            for o in choice.options:
+                it = "does not fit" if not o.fits else f"{o.iteration_s * 1e3:9.1f} ms"
+                print(f"  {o.strategy:<13} {o.transport:<30} {o.bits:>2}-bit  {it:>14}  "
+                      f"{o.memory_per_gpu / 1e9:7.1f} GB")
+            for note in choice.notes:
+                print(f"  note: {note}")
+    doc = {"model": trace.model, "topology": args.topology,
+           "strategies": [c.to_dict() for c in out]}
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w", encoding="utf-8") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.write("\n")
+    if args.json:
+        print(json.dumps(doc, indent=1))
+    del qsgd
+    return 0
+
+
 def run(args) -> int:
     import emulator
     import qsgd
@@ -151,6 +201,8 @@ def run(args) -> int:
         trace = measure_trace(args.model, 4, args.measure_batch_size, args.iterations)
     if args.device != "measured":
         trace = computeargs.ensure_operators(trace)
+    if args.parallelism != "ddp":
+        return _strategies(args, trace)
     out = []
     for w in args.world_sizes:
         G = emulator.topology_for(args.topology, w)

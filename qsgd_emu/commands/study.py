@@ -64,7 +64,9 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
                         help="32 = fp32, 16 = fp16 (and QSGD 16), 2..15 QSGD")
     parser.add_argument("--transports", type=_names, default=",".join(TRANSPORT_NAMES),
                         help="comma-separated transports (also: powersgd, PyTorch's PowerSGD "
-                             "hook at rank 1, a row of width 32)")
+                             "hook at rank 1, a row of width 32; a strategy that reduce-scatters "
+                             "takes fp32, fp16 and qsgd_scatter_reduce_allgather)")
+    add_parallelism(parser)
     computeargs.add_arguments(parser)
     parser.add_argument("--algorithm", default="nccl",
                         help="allreduce algorithm of fp32/fp16: nccl (as NCCL runs it), or ring, "
@@ -84,6 +86,34 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
                              "first) to take longer, and say how to make it smaller")
     parser.add_argument("--cluster", metavar="ADDRESS", help="Dask scheduler address, e.g. tcp://host:8786")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON")
+
+
+def add_parallelism(parser: argparse.ArgumentParser) -> None:
+    """``--parallelism``, ``--weight-bits`` and ``--shard-size`` (study, demo, recommend)."""
+    import qsgd
+
+    parser.add_argument("--parallelism", default="ddp", choices=list(qsgd.STRATEGIES),
+                        help="data-parallel strategy: ddp, fsdp (FULL_SHARD), fsdp_grad_op "
+                             "(SHARD_GRAD_OP), hsdp (HYBRID_SHARD), zero1, zero2, zero3")
+    parser.add_argument("--weight-bits", type=int, default=None,
+                        help="QSGD bits of the parameter all-gathers in the QSGD rows of a "
+                             "sharded strategy (QSDP); default dense")
+    parser.add_argument("--shard-size", type=computeargs.positive_int("shard-size"),
+                        help="HSDP's shard group (default: the GPUs of a machine)")
+
+
+def sharded_options(args) -> dict:
+    """StudyConfig's strategy keywords from ``args`` (the transports a strategy takes when
+    --transports was left at its default)."""
+    import qsgd
+
+    kw = {"parallelism": getattr(args, "parallelism", "ddp"),
+          "weight_bits": getattr(args, "weight_bits", None),
+          "shard_size": getattr(args, "shard_size", None)}
+    if kw["parallelism"] != "ddp" and tuple(args.transports) == TRANSPORT_NAMES \
+            and qsgd.STRATEGIES[kw["parallelism"]].grads == "reduce_scatter":
+        kw["transports"] = None
+    return kw
 
 
 def measure_trace(model: str, bits: int, batch_size: int | None, iterations: int, seed: int = 0):
@@ -107,11 +137,11 @@ def run_with(args, trace) -> int:
 
     if args.device != "measured":
         trace = computeargs.ensure_operators(trace)
-    cfg = emulator.StudyConfig(trace=trace, world_sizes=args.world_sizes, bits=args.bits,
-                               transports=args.transports,
-                               topologies=tuple(args.topology or DEFAULT_TOPOLOGIES),
-                               device=args.device, algorithm=args.algorithm, exact=args.exact,
-                               batch_size=args.batch_size, precision=args.precision)
+    cfg = emulator.StudyConfig(**{
+        "trace": trace, "world_sizes": args.world_sizes, "bits": args.bits,
+        "transports": args.transports, "topologies": tuple(args.topology or DEFAULT_TOPOLOGIES),
+        "device": args.device, "algorithm": args.algorithm, "exact": args.exact,
+        "batch_size": args.batch_size, "precision": args.precision, **sharded_options(args)})
     # One compute model per topology for the rows and the report's timeline, said up front.
     models = emulator.resolve_compute(cfg)
     computeargs.say_assumed(models)

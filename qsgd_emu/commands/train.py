@@ -48,6 +48,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "of qsgd-emu recommend (its first recommendation's policy)")
     parser.add_argument("--bucket-cap-mb", type=float, default=25.0,
                         help="DDP bucket cap, MiB (a bit policy acts per bucket)")
+    parser.add_argument("--parallelism", default="ddp",
+                        choices=["ddp", "zero1", "fsdp", "fsdp_grad_op", "hsdp", "zero2", "zero3"],
+                        help="data parallelism: DDP, ZeRO-1 (DDP with a sharded optimizer), or "
+                             "FSDP2 under a sharded strategy with --compression fp32 or qsgd "
+                             "(the quantized reduce-scatter)")
+    parser.add_argument("--weight-bits", type=int, default=0,
+                        help="sharded runs with qsgd: QSGD bits of the parameter all-gathers "
+                             "(QSDP); 0 keeps them dense")
+    parser.add_argument("--shard-size", type=int, default=0,
+                        help="HSDP's shard group (0: the world size)")
     parser.add_argument("--epochs", type=int, default=5, help="passes over the training set")
     parser.add_argument("--batch-size", type=int, default=32, help="samples per rank per step")
     parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate")
@@ -116,7 +126,9 @@ def config_from_args(args):
                        bucket_size=args.bucket_size, codec=args.codec, min_numel=args.min_numel,
                        warmup_steps=args.warmup_steps, error_feedback=args.error_feedback,
                        powersgd_rank=args.powersgd_rank, timeout_s=args.timeout_s, name=args.name,
-                       bit_policy=read_policy(args.bit_policy), bucket_cap_mb=args.bucket_cap_mb)
+                       bit_policy=read_policy(args.bit_policy), bucket_cap_mb=args.bucket_cap_mb,
+                       parallelism=args.parallelism, weight_bits=args.weight_bits,
+                       shard_size=args.shard_size)
 
 
 def _rank_main(rank: int, world: int, cfg, store_path, run_id, topology):
@@ -156,6 +168,12 @@ def _print(summary: dict, as_json: bool) -> None:
         return
     c = summary["config"]
     label = f"qsgd {c['bits']}-bit {c['transport']}" if c["compression"] == "qsgd" else c["compression"]
+    if c.get("parallelism", "ddp") not in ("ddp", "zero1"):
+        # a sharded run's QSGD is its quantized reduce-scatter (and, with weight bits, gathers)
+        label = (f"qsgd {c['bits']}-bit reduce-scatter" + (f", {c['weight_bits']}-bit gathers"
+                 if c.get("weight_bits") else "") if c["compression"] == "qsgd" else c["compression"])
+    if c.get("parallelism", "ddp") != "ddp":
+        label += f" under {c['parallelism']}"
     print(f"run #{summary['run_id']}: {c['model']} on {c['dataset']}, {label}, "
           f"world size {summary['world_size']}, {summary['steps']} steps")
     print(f"  final loss          {summary['final_loss']:.4f}")

@@ -55,6 +55,16 @@ class TrainConfig:
         recommend``); empty: every parameter at ``bits``.
     bucket_cap_mb : float
         DDP's bucket cap (MiB); per-parameter widths act per bucket.
+    parallelism : str
+        ``"ddp"`` (the default), ``"zero1"`` (DDP and its hook with the optimizer state
+        sharded) or a strategy FSDP2 runs (:data:`qsgd.sharded.REAL_STRATEGIES`: ``fsdp``,
+        ``fsdp_grad_op``, ``hsdp``, ``zero2``, ``zero3``; :mod:`.shardloop`), whose
+        compression is ``fp32`` or ``qsgd`` (the quantized reduce-scatter at ``bits``).
+    weight_bits : int
+        Under a sharded strategy with ``qsgd``: QSGD width of the parameter all-gathers
+        (QSDP); 0 keeps them dense.
+    shard_size : int
+        HSDP's shard group (0: the world size).
     """
 
     model: str = "mlp"
@@ -79,6 +89,9 @@ class TrainConfig:
     name: str = ""
     bit_policy: tuple = ()
     bucket_cap_mb: float = 25.0
+    parallelism: str = "ddp"
+    weight_bits: int = 0
+    shard_size: int = 0
 
     def __post_init__(self) -> None:
         if self.compression not in COMPRESSIONS:
@@ -118,6 +131,22 @@ class TrainConfig:
                              f"got {self.bit_policy!r}")
         if not is_number(self.bucket_cap_mb) or not math.isfinite(self.bucket_cap_mb) or self.bucket_cap_mb <= 0:
             raise ValueError(f"bucket_cap_mb: expected a finite number > 0, got {self.bucket_cap_mb!r}")
+        from qsgd.sharded import REAL_STRATEGIES
+        from .shardloop import SHARDED_COMPRESSIONS
+
+        runs = ("ddp", "zero1", *REAL_STRATEGIES)
+        if self.parallelism not in runs:
+            raise ValueError(f"parallelism: expected one of {list(runs)}, got {self.parallelism!r}")
+        if self.parallelism in REAL_STRATEGIES and self.compression not in SHARDED_COMPRESSIONS:
+            raise ValueError(f"compression: parallelism={self.parallelism!r} takes "
+                             f"{list(SHARDED_COMPRESSIONS)}, got {self.compression!r}")
+        if not is_int(self.weight_bits) or not (self.weight_bits == 0 or 2 <= self.weight_bits <= 16):
+            raise ValueError(f"weight_bits: expected 0 (dense) or 2..16, got {self.weight_bits!r}")
+        if self.weight_bits and self.parallelism not in REAL_STRATEGIES:
+            raise ValueError(f"weight_bits: parameters are gathered only under a sharded "
+                             f"strategy {list(REAL_STRATEGIES)}, not {self.parallelism!r}")
+        if not is_int(self.shard_size) or self.shard_size < 0:
+            raise ValueError(f"shard_size: expected an int >= 0, got {self.shard_size!r}")
 
     def label(self) -> str:
         if self.name:
@@ -181,6 +210,10 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
     """
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    if cfg.parallelism not in ("ddp", "zero1"):
+        from .shardloop import train_sharded
+
+        return train_sharded(cfg, store=store, run_id=run_id, device=device, max_steps=max_steps)
     rank, world = dist.get_rank(), dist.get_world_size()
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) \
@@ -190,7 +223,12 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None,
               bucket_cap_mb=cfg.bucket_cap_mb)
     comp = COMPRESSIONS[cfg.compression](ddp, cfg, world)
-    opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    if cfg.parallelism == "zero1":
+        from qsgd.sharded import zero1_optimizer
+
+        opt = zero1_optimizer(ddp.parameters(), torch.optim.SGD, lr=cfg.lr, momentum=cfg.momentum)
+    else:
+        opt = torch.optim.SGD(ddp.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     start_step = 0
     if checkpoint is not None:
         model.load_state_dict(checkpoint["model"])
@@ -259,6 +297,9 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
     if len(set(digests)) != 1:
         raise RuntimeError(f"ranks ended with different parameters: {digests}")
     done = [h for h in history]
+    if cfg.parallelism == "zero1":     # the shards' state, gathered on rank 0 for the checkpoint
+        opt.consolidate_state_dict(to=0)
+    opt_state = opt.state_dict() if cfg.parallelism != "zero1" or rank == 0 else {}
     bytes_steps = [h["bytes_sent"] for h in done]
     summary = {
         "config": asdict(cfg), "world_size": world, "rank": rank, "steps": step,
@@ -271,7 +312,7 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
             h["predicted_iteration_s"] for h in done
             if h.get("predicted_iteration_s") is not None]) else None),
         "train_s": train_s, "parameter_digest": digest,
-        "checkpoint": {"model": model.state_dict(), "optimizer": opt.state_dict(),
+        "checkpoint": {"model": model.state_dict(), "optimizer": opt_state,
                        "hook": comp.state_dict(), "step": step},
     }
     return summary

@@ -26,7 +26,7 @@ def test_whatif_form_to_params():
     assert p == {"topology": "cluster:dgx_a100x{N}", "model": "mlp", "bits": [32, 4],
                  "bucket_size": 512,
                  "transports": ["qsgd_allgather"], "world_sizes": [2, 4, 8], "device": None,
-                 "batch_size": None, "precision": None}
+                 "batch_size": None, "precision": None, "parallelism": "ddp"}
     p = whatif.params_from_form(**dict(FORM, spec=" switch:{n} "))
     assert p["topology"] == "switch:{n}"
     # Only fp32/fp16 picked: no QSGD transport is needed.
@@ -102,6 +102,17 @@ def test_whatif_job_runs_the_form_as_submitted(tmp_path):
         assert out["gantt"]["world_size"] == max(sizes)
     # 16 GPUs of DGX A100 boxes: two machines joined by the fabric
     assert out["rows"][0]["topology"] == "switch:{n}"
+
+
+def test_whatif_job_takes_a_sharded_strategy(tmp_path):
+    """The form's data parallelism reaches the study; a strategy that reduce-scatters keeps
+    QSGD's quantized reduce-scatter of the transports picked."""
+    form = dict(FORM, transports=["qsgd_allgather", "qsgd_scatter_reduce_allgather"], sizes="8,16",
+                parallelism="fsdp")
+    out = jobs.whatif_job(dict(whatif.params_from_form(**form), cache_dir=str(tmp_path)))
+    assert {r["parallelism"] for r in out["rows"]} == {"fsdp"}
+    assert [r["transport"] for r in out["rows"][:2]] == ["fp32", "qsgd_scatter_reduce_allgather"]
+    assert all(r["memory_per_gpu"] > 0 for r in out["rows"])
 
 
 def test_whatif_csv_and_empty_figures():

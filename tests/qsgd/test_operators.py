@@ -234,3 +234,20 @@ def test_first_use_places_each_parameter_in_forward_in_layer_order():
         assert fwd == sorted(fwd) and all(first <= k < end for k in fwd)
         # every weight is read by the kernel its first use points at (a product)
         assert all(ops.ops[ops.first_use[n][0]].kind in ("gemm", "copy") for n in names)
+
+
+def test_saved_bytes_are_the_activations_autograd_keeps_without_the_weights():
+    model = nn.Sequential(nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 8))
+    ops = record_operators(model, input_shape=(64,))
+    # fp32: the input (for the first weight's gradient), the ReLU's output (saved by the ReLU
+    # and by the second layer: once) and the output the loss squares, per sample
+    assert ops.family("fp32").saved == (0, 4 * (64 + 32 + 8))
+    # autocast: the input's bf16 copy, the bf16 hidden activation, the output cast back to fp32
+    # for the loss; the weights' bf16 copies are parameters, not activations
+    assert ops.family("amp").saved == (0, 2 * 64 + 2 * 32 + 4 * 8)
+    assert ops.parameters == {"0.weight": 2048, "0.bias": 32, "2.weight": 256, "2.bias": 8}
+    back = qsgd.Operators.from_dict(json.loads(json.dumps(ops.to_dict())))
+    assert back.family("fp32").saved == ops.family("fp32").saved and back.parameters == ops.parameters
+    old = ops.to_dict()
+    del old["parameters"], old["families"]["fp32"]["saved"]
+    assert qsgd.Operators.from_dict(old).family("fp32").saved == (0, 0)

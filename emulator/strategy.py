@@ -1,0 +1,173 @@
+"""Which data-parallel strategy to train with: the fastest that fits the GPU (:func:`recommend_strategy`).
+
+For each strategy of :data:`qsgd.STRATEGIES` asked about, the memory one GPU needs
+(:mod:`emulator.memory`) decides whether it can run at all; those that fit are replayed
+(:func:`emulator.replay` for DDP, :func:`emulator.replay_sharded` for the others) with dense
+gradients and with uniform QSGD widths: DDP and ZeRO-1 with the all-gather transport, the
+strategies that reduce-scatter with QSGD's quantized reduce-scatter. Both quantize each rank's
+gradient once, so a width's variance increase is the all-gather's of
+:class:`emulator.VarianceModel` (the Budget applies to it, when the trace has variance
+records; a ``bits_per_element`` budget caps the width). The pick is the fastest configuration
+within the budget among the strategies that fit; ties go to the strategy listed first (the
+registry's order, DDP first: the simplest).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from emulator.compute import ComputeModel, device as device_named
+from emulator.errors import ConfigError
+from emulator.network import Network
+
+__all__ = ["StrategyOption", "StrategyChoice", "recommend_strategy"]
+
+
+@dataclass(frozen=True)
+class StrategyOption:
+    """One (strategy, transport, width) and what it costs: ``iteration_s`` (None when it does
+    not fit), ``memory_per_gpu`` (bytes), ``variance`` (the increase; None when unknown)."""
+
+    strategy: str
+    transport: str
+    bits: int
+    iteration_s: float | None
+    memory_per_gpu: float
+    fits: bool
+    variance: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"strategy": self.strategy, "transport": self.transport, "bits": self.bits,
+                "iteration_s": self.iteration_s, "memory_per_gpu": self.memory_per_gpu,
+                "fits": self.fits, "variance": self.variance}
+
+
+@dataclass(frozen=True)
+class StrategyChoice:
+    """Every option evaluated and the one picked (``best``), at ``world_size`` GPUs."""
+
+    best: StrategyOption
+    options: tuple
+    world_size: int
+    device: str
+    device_bytes: float
+    notes: tuple = field(default=())
+
+    def to_dict(self) -> dict:
+        return {"best": self.best.to_dict(), "world_size": self.world_size, "device": self.device,
+                "device_bytes": self.device_bytes, "options": [o.to_dict() for o in self.options],
+                "notes": list(self.notes)}
+
+
+def recommend_strategy(trace, G, *, world_size: int | None = None, compute: ComputeModel,
+                       strategies=None, bits=(8, 4), budget=None, network: Network | None = None,
+                       shard_size: int | None = None) -> StrategyChoice:
+    """The fastest strategy, transport and uniform width that fit the GPU (module docstring).
+
+    Parameters
+    ----------
+    trace : qsgd.PayloadTrace
+        With operator records.
+    G : networkx.Graph
+    world_size : int, optional
+        GPUs training (default all of ``G``).
+    compute : ComputeModel
+        Timed from the trace's operators (:meth:`ComputeModel.for_topology`).
+    strategies : sequence of str, optional
+        Keys of :data:`qsgd.STRATEGIES` (default all).
+    bits : sequence of int
+        Uniform QSGD widths to try (none: dense only).
+    budget : emulator.Budget, optional
+        Limits the QSGD options (module docstring).
+    network : Network, optional
+    shard_size : int, optional
+        HSDP's shard group (default: a machine).
+
+    Returns
+    -------
+    StrategyChoice
+
+    Examples
+    --------
+    Llama 2 7B at 2 sequences of 4096 tokens per GPU on 16 H100: the strategies that keep
+    whole parameters between steps or for all of backward do not fit in 80 GB; those that
+    gather a block at a time do:
+
+    >>> import emulator, qsgd, topologies
+    >>> trace = qsgd.measure("llama2-7b", qsgd.QSGDConfig.from_bits(4), device="meta")
+    >>> G = topologies.from_spec("cluster:dgx_h100x2")
+    >>> m = emulator.ComputeModel.for_topology(G, trace, batch_size=2)
+    >>> choice = emulator.recommend_strategy(trace, G, compute=m, bits=())
+    >>> [o.strategy for o in choice.options if not o.fits]
+    ['ddp', 'zero1', 'zero2', 'fsdp_grad_op']
+    >>> choice.best.strategy in ("zero3", "fsdp", "hsdp")
+    True
+    """
+    import qsgd
+
+    from .memory import memory_per_gpu
+    from .recommend import Budget, VarianceModel
+    from .replaying import replay
+    from .sharded import ShardNetworks, machine_size, replay_sharded
+
+    names = tuple(qsgd.STRATEGIES) if strategies is None else tuple(strategies)
+    for s in names:
+        if s not in qsgd.STRATEGIES:
+            raise ConfigError(f"strategies: {s!r} is not one of {list(qsgd.STRATEGIES)}")
+    if not names:
+        raise ConfigError("strategies must not be empty")
+    if budget is not None and not isinstance(budget, Budget):
+        raise ConfigError(f"budget must be an emulator.Budget, got {type(budget).__name__}")
+    if compute.precision is None or compute.device in ("measured", "custom"):
+        raise ConfigError("recommend_strategy needs a compute model timed from operator records "
+                          "(ComputeModel.for_topology)")
+    net = network if network is not None else Network(G, world_size)
+    p = net.world_size
+    dev = device_named(compute.device)
+    batch = compute.batch_size or trace.batch_size
+    vm = None
+    if all(b.variance is not None for b in trace.buckets):
+        vm = VarianceModel(trace)
+    notes, options = [], []
+    g = shard_size or machine_size(net.G)
+    for s in names:
+        st = qsgd.STRATEGIES[s]
+        shard = min(g, p) if st.hybrid else None
+        if st.hybrid and p % shard:
+            notes.append(f"{s}: a shard group of {shard} GPUs does not divide {p}; not evaluated")
+            continue
+        mem = memory_per_gpu(trace, s, p, precision=compute.precision, batch_size=batch,
+                             shard_size=shard, device_bytes=dev.memory_bytes)
+        qsgd_t = "qsgd_scatter_reduce_allgather" if st.grads == "reduce_scatter" else "qsgd_allgather"
+        combos = [("fp32", 8 * compute.grad_bytes)] + [(qsgd_t, b) for b in bits]
+        groups = ShardNetworks(net, shard or p) if s != "ddp" else None
+        for transport, b in combos:
+            var = None
+            if transport != "fp32":
+                var = None if vm is None or b not in vm.widths else \
+                    vm.increase((b,) * trace.num_buckets, "qsgd_allgather", p)
+                if budget is not None and ((budget.variance is not None and var is not None
+                                            and var > budget.variance)
+                                           or (budget.bits_per_element is not None
+                                               and b > budget.bits_per_element)):
+                    continue
+            if not mem.fits:
+                options.append(StrategyOption(s, transport, b, None, mem.total, False, var))
+                continue
+            qbits = None if transport == "fp32" else b
+            if s == "ddp":
+                pred = replay(trace, None, transport=transport, compute=compute, network=net,
+                              bits=qbits)
+            else:
+                pred = replay_sharded(trace, None, parallelism=s, transport=transport, bits=qbits,
+                                      compute=compute, network=net, shard_size=shard,
+                                      networks=groups)
+            options.append(StrategyOption(s, transport, b, pred.iteration_s, mem.total, True, var))
+    run = [o for o in options if o.fits]
+    if not run:
+        least = min(options, key=lambda o: o.memory_per_gpu) if options else None
+        need = "" if least is None else (f"; the least, {least.strategy}, needs "
+                                         f"{least.memory_per_gpu / 1e9:.1f} GB")
+        raise ConfigError(f"no strategy of {list(names)} fits {trace.model} at batch {batch} per GPU "
+                          f"on {p} {dev.name} ({dev.memory_bytes / 1e9:.0f} GB){need}")
+    best = min(run, key=lambda o: (o.iteration_s, names.index(o.strategy)))
+    return StrategyChoice(best, tuple(options), p, dev.name, dev.memory_bytes, tuple(notes))

@@ -1,0 +1,57 @@
+"""``--parallelism`` on the command line: a sharded study's table, recommend's pick, refusals."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import qsgd
+from tests.qsgd_emu.cli_run import run_cli
+
+
+@pytest.fixture(scope="module")
+def trace_path(tmp_path_factory):
+    path = tmp_path_factory.mktemp("sharded") / "gpt2.json"
+    qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta").save(path)
+    return str(path)
+
+
+BASE = ["--topology", "cluster:dgx_h100x{N}", "--batch-size", "8"]
+
+
+def test_a_sharded_study_prints_the_strategy_and_the_memory(trace_path, tmp_path):
+    code, text, err = run_cli(["study", "--trace", trace_path, *BASE, "--world-sizes", "8,16",
+                               "--bits", "32,4", "--parallelism", "hsdp", "--weight-bits", "8",
+                               "--out", str(tmp_path / "s")])
+    assert code == 0, err
+    assert "strategy" in text and "GB/GPU" in text and text.count(" hsdp ") == 4
+    rows = json.loads((tmp_path / "s" / "study.json").read_text())["rows"]
+    assert [r["transport"] for r in rows] == ["fp32", "qsgd_scatter_reduce_allgather"] * 2
+    assert all(r["parallelism"] == "hsdp" and r["memory_per_gpu"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--world-sizes", "12", "--parallelism", "hsdp"],
+     "a shard group of 8 GPUs does not divide world_size=12"),
+    (["--world-sizes", "8", "--parallelism", "fsdp", "--batch-size", "2048"],
+     "parallelism='fsdp': gpt2 at batch 2048 per GPU needs"),
+    (["--world-sizes", "8", "--parallelism", "fsdp", "--transports", "fp32,qsgd_allgather"],
+     "'qsgd_allgather' does not reduce-scatter"),
+    (["--world-sizes", "8", "--weight-bits", "8"], "parameters are gathered only by a sharded"),
+])
+def test_study_refusals_are_one_line(trace_path, tmp_path, args, message):
+    code, text, err = run_cli(["study", "--trace", trace_path, *BASE, "--bits", "32,4",
+                               "--out", str(tmp_path / "s"), *args])
+    # the refusal is one line (after what the study says up front), before any task runs
+    (line,) = [x for x in err.splitlines() if "error:" in x]
+    assert code == 2 and message in line and "study" not in text, err
+
+
+def test_recommend_picks_a_strategy(trace_path):
+    code, text, err = run_cli(["recommend", "--trace", trace_path, *BASE, "--world-sizes", "16",
+                               "--max-bits-per-element", "8", "--parallelism", "ddp,fsdp,zero2",
+                               "--bits", "4", "--json"])
+    assert code == 0, err
+    (choice,) = json.loads(text)["strategies"]
+    assert {o["strategy"] for o in choice["options"]} == {"ddp", "fsdp", "zero2"}
+    assert choice["best"]["iteration_s"] == min(o["iteration_s"] for o in choice["options"])
