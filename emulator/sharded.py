@@ -187,8 +187,8 @@ def _stage_seconds(stage, cfg, compute: ComputeModel) -> float:
     if cfg is None or compute.codec_device is None:
         return 0.0
     dev = device_named(compute.codec_device)
-    enc = codec_seconds("encode", stage.encode_numel, cfg.bits, dev)
-    dec = codec_seconds("decode", stage.decode_numel, cfg.bits, dev)
+    enc = codec_seconds("encode", stage.encode_numel, cfg.bits, dev, compute.codec_kind)
+    dec = codec_seconds("decode", stage.decode_numel, cfg.bits, dev, compute.codec_kind)
     if stage.payloads > 1:
         dec += (stage.payloads - 1) * CALL_KERNELS["decode"] * KERNEL_S
     return (enc + dec) * compute.codec_scale

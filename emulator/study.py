@@ -61,6 +61,9 @@ class StudyConfig:
     precision : str, optional
         A training precision (:data:`emulator.compute.PRECISIONS`; default: what people train
         with on the device, :func:`emulator.compute.default_precision`).
+    codec : {"today", "fused"}
+        The QSGD codec on the GPU: as measured today, or the GPU-codec issue's single-pass
+        target (:data:`emulator.compute.codec.CODECS`), a what-if.
     algorithm : str
         Allreduce algorithm of the dense transports.
     compute : ComputeModel or dict, optional
@@ -98,6 +101,7 @@ class StudyConfig:
     batch_size: int | None = None
     precision: str | None = None
     parallelism: str = "ddp"
+    codec: str = "today"
     weight_bits: int | None = None
     shard_size: int | None = None
 
@@ -155,6 +159,10 @@ class StudyConfig:
             raise ConfigError(f"StudyConfig.exact must be True or False, got {self.exact!r}")
         if self.batch_size is not None and (not is_int(self.batch_size) or self.batch_size < 1):
             raise ConfigError(f"StudyConfig.batch_size must be a positive int, got {self.batch_size!r}")
+        from emulator.compute.codec import CODECS
+
+        if self.codec not in CODECS:
+            raise ConfigError(f"StudyConfig.codec must be one of {list(CODECS)}, got {self.codec!r}")
         if self.precision is not None and self.precision not in PRECISIONS:
             raise ConfigError(f"StudyConfig.precision must be one of {list(PRECISIONS)}, got "
                               f"{self.precision!r}")
@@ -195,6 +203,7 @@ class StudyConfig:
         d = {"model": self.trace.model, "world_sizes": list(self.world_sizes), "bits": list(self.bits),
              "transports": list(self.transports), "topologies": list(self.topologies),
              "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
+             "codec": self.codec,
              "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
         if self.parallelism != "ddp":       # a DDP study's config reads as it always did
             d.update(parallelism=self.parallelism, weight_bits=self.weight_bits,
@@ -220,7 +229,8 @@ def resolve_compute(config: StudyConfig) -> dict:
     """
     return {spec: ComputeModel.for_topology(
         topology_for(spec, min(config.world_sizes)), config.trace, device=config.device,
-        batch_size=config.batch_size, precision=config.precision) for spec in config.topologies}
+        batch_size=config.batch_size, precision=config.precision, codec=config.codec)
+        for spec in config.topologies}
 
 
 # ---------------------------------------------------------------- one task

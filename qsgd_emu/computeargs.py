@@ -37,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
     parser.add_argument("--precision", choices=list(emulator.PRECISIONS), default=None,
                         help="training precision (default: amp-bf16 where the GPU has bf16 units, "
                              "amp-fp16 on Volta/Turing, fp32 before)")
+    parser.add_argument("--codec", choices=("today", "fused"), default="today",
+                        help="QSGD's codec on the GPU: today's, as measured on an H200, or "
+                             "'fused', a single-pass codec at half the copy bandwidth (the "
+                             "GPU-codec issue's target): what QSGD would buy once it exists")
 
 
 def ensure_operators(trace):

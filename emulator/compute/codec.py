@@ -10,6 +10,11 @@ same traffic takes ``effective bytes / bandwidth``, plus the kernels' launches
 (:data:`CALL_KERNELS` x ``KERNEL_S``). Widths between the measured ones are interpolated
 linearly in bits (wider: extrapolated from 4 and 8 bits), and decoding scales with encoding's
 traffic from the one measured decode width.
+
+:data:`CODECS` names the codec a prediction assumes: ``"today"`` (the measurement above, the
+default) or ``"fused"``, the single-pass codec the GPU-codec issue sets as its target (encode
+and decode each at half a device-to-device copy's bandwidth: two float32 copies' traffic per
+element, CRC included), a what-if of what QSGD would buy once that kernel exists.
 """
 from __future__ import annotations
 
@@ -51,7 +56,17 @@ def _element_bytes(kind: str, bits: int) -> float:
     return e * at(4, H200_SECONDS["decode"]) / at(4, enc)
 
 
-def codec_seconds(kind: str, numel: int, bits: int, device: Device) -> float:
+def _fused_bytes(kind: str, bits: int) -> float:
+    """Bytes per element of the target codec: twice a float32 element's read and write."""
+    del kind, bits
+    return 2 * 8.0
+
+
+#: codec name -> effective bytes per element, function of (kind, bits) (module docstring)
+CODECS = {"today": _element_bytes, "fused": _fused_bytes}
+
+
+def codec_seconds(kind: str, numel: int, bits: int, device: Device, codec: str = "today") -> float:
     """Seconds to ``kind`` ("encode" or "decode") a bucket of ``numel`` elements at ``bits``
     bits on ``device`` (0 for an empty bucket).
 
@@ -64,10 +79,14 @@ def codec_seconds(kind: str, numel: int, bits: int, device: Device) -> float:
     8.2
     >>> codec_seconds("encode", 2**26, 4, device("A100")) > codec_seconds("encode", 2**26, 4, device("H200"))
     True
+    >>> round(codec_seconds("encode", 2**26, 4, device("H200"), "fused") * 1e3, 2)   # the target
+    0.25
     """
     if numel <= 0:
         return 0.0
     if kind not in CALL_KERNELS:
         raise ValueError(f"kind must be 'encode' or 'decode', got {kind!r}")
-    return (_element_bytes(kind, bits) * numel / device.mem_bandwidth
+    if codec not in CODECS:
+        raise ValueError(f"codec must be one of {list(CODECS)}, got {codec!r}")
+    return (CODECS[codec](kind, bits) * numel / device.mem_bandwidth
             + CALL_KERNELS[kind] * KERNEL_S)

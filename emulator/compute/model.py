@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 
 from emulator.errors import ConfigError
 from emulator._checks import is_int, is_number
-from .codec import codec_seconds
+from .codec import CODECS, codec_seconds
 from .devices import device as device_named
 from .precisions import default_precision, precision as precision_named
 from .timeline import step_times
@@ -116,6 +116,9 @@ class ComputeModel:
         Bytes per gradient element DDP all-reduces at this precision (4, or 2 in pure bf16).
     codec_device : str or None
         The GPU whose memory times the codec; None replays the trace's measured codec seconds.
+    codec_kind : str
+        Which codec that GPU runs (:data:`~emulator.compute.codec.CODECS`: ``"today"``, as
+        measured, or ``"fused"``, the GPU-codec issue's single-pass target).
     source : str
         What was assumed, for the study's rows.
 
@@ -146,6 +149,7 @@ class ComputeModel:
     grad_bytes: int = 4
     codec_device: str | None = None
     source: str = "measured seconds"
+    codec_kind: str = "today"
 
     def __post_init__(self):
         for name in ("compute_scale", "codec_scale"):
@@ -163,6 +167,9 @@ class ComputeModel:
             raise ConfigError(f"ComputeModel.grad_bytes must be 2 or 4, got {self.grad_bytes!r}")
         if self.codec_device is not None:
             device_named(self.codec_device)
+        if self.codec_kind not in CODECS:
+            raise ConfigError(f"ComputeModel.codec_kind must be one of {list(CODECS)}, got "
+                              f"{self.codec_kind!r}")
 
     # ---------------------------------------------------------------- what replay asks
     def phases(self, trace) -> tuple[float, float, float, tuple[float, ...]]:
@@ -195,8 +202,8 @@ class ComputeModel:
             return 0.0, 0.0
         if self.codec_device is not None:
             dev = device_named(self.codec_device)
-            enc = codec_seconds("encode", b.compressed_numel, cfg.bits, dev)
-            dec = codec_seconds("decode", b.compressed_numel, cfg.bits, dev)
+            enc = codec_seconds("encode", b.compressed_numel, cfg.bits, dev, self.codec_kind)
+            dec = codec_seconds("decode", b.compressed_numel, cfg.bits, dev, self.codec_kind)
         else:
             import qsgd
 
@@ -284,7 +291,8 @@ class ComputeModel:
                 "grad_bytes": self.grad_bytes, "source": self.source,
                 "compute_scale": self.compute_scale, "codec_scale": self.codec_scale,
                 "forward_s": self.forward_s, "backward_s": self.backward_s,
-                "optimizer_s": self.optimizer_s, "codec_device": self.codec_device}
+                "optimizer_s": self.optimizer_s, "codec_device": self.codec_device,
+                "codec": self.codec_kind}
 
     # ---------------------------------------------------------------- constructors
     @classmethod
@@ -304,7 +312,7 @@ class ComputeModel:
 
     @classmethod
     def for_device(cls, target: str, trace, *, batch_size: int | None = None,
-                   precision: str | None = None) -> "ComputeModel":
+                   precision: str | None = None, codec: str = "today") -> "ComputeModel":
         """``trace``'s step timed from its operator records on GPU ``target``.
 
         Parameters
@@ -344,15 +352,20 @@ class ComputeModel:
             how = f"per-operator roofline of the trace's operators ({dev.source})"
         ready = tuple(max((times.ready_s.get(p, times.backward_s) for p in b.params), default=0.0)
                       for b in trace.buckets)
+        if codec not in CODECS:
+            raise ConfigError(f"codec must be one of {list(CODECS)}, got {codec!r}")
+        what = ("today's codec" if codec == "today" else
+                "a single-pass codec at half the copy bandwidth (the GPU-codec issue's target)")
         source = (f"{dev.name} {prec.name} at batch {batch_size} per GPU ({assumed}): {how}; "
-                  f"codec from its bytes at {dev.mem_bandwidth / 1e9:.0f} GB/s")
+                  f"{what}, from its bytes at {dev.mem_bandwidth / 1e9:.0f} GB/s")
         return cls(1.0, 1.0, times.forward_s, times.backward_s, times.optimizer_s, ready,
                    device=dev.name, precision=prec.name, batch_size=batch_size,
-                   grad_bytes=prec.grad_bytes, codec_device=dev.name, source=source)
+                   grad_bytes=prec.grad_bytes, codec_device=dev.name, source=source,
+                   codec_kind=codec)
 
     @classmethod
     def for_topology(cls, G, trace, *, device: str = "auto", batch_size: int | None = None,
-                     precision: str | None = None) -> "ComputeModel":
+                     precision: str | None = None, codec: str = "today") -> "ComputeModel":
         """:meth:`for_device` on topology ``G``'s own GPU (``device="auto"``), or on
         ``device`` (a GPU, or ``"measured"``).
 
@@ -371,7 +384,8 @@ class ComputeModel:
                 raise ConfigError(f"topology {G.graph.get('name', '?')!r} does not name its GPU; "
                                   f"give a device (one of {sorted(DEVICES)}) or 'measured'")
             device = dev.name
-        return cls.for_device(device, trace, batch_size=batch_size, precision=precision)
+        return cls.for_device(device, trace, batch_size=batch_size, precision=precision,
+                              codec=codec)
 
     def scaled(self, compute_scale: float = 1.0, codec_scale: float = 1.0) -> "ComputeModel":
         """The same model with other scales."""

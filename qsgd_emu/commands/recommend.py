@@ -156,7 +156,7 @@ def _strategies(args, trace) -> int:
         G = emulator.topology_for(args.topology, w)
         compute = emulator.ComputeModel.for_topology(G, trace, device=args.device,
                                                      batch_size=args.batch_size,
-                                                     precision=args.precision)
+                                                     precision=args.precision, codec=args.codec)
         has_variance = all(b.variance is not None for b in trace.buckets)
         budget = _budget(args, trace, w) if has_variance or args.max_bits_per_element else None
         choice = emulator.recommend_strategy(trace, G, world_size=w, compute=compute,
@@ -208,7 +208,7 @@ def run(args) -> int:
         G = emulator.topology_for(args.topology, w)
         compute = emulator.ComputeModel.for_topology(G, trace, device=args.device,
                                                      batch_size=args.batch_size,
-                                                     precision=args.precision)
+                                                     precision=args.precision, codec=args.codec)
         progress = None if args.json else (lambda msg, w=w: print(f"  {w} GPUs: {msg}", file=sys.stderr,
                                                                    flush=True))
         rec = emulator.recommend(trace, G, world_size=w, budget=_budget(args, trace, w),

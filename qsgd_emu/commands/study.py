@@ -141,7 +141,8 @@ def run_with(args, trace) -> int:
         "trace": trace, "world_sizes": args.world_sizes, "bits": args.bits,
         "transports": args.transports, "topologies": tuple(args.topology or DEFAULT_TOPOLOGIES),
         "device": args.device, "algorithm": args.algorithm, "exact": args.exact,
-        "batch_size": args.batch_size, "precision": args.precision, **sharded_options(args)})
+        "batch_size": args.batch_size, "precision": args.precision, "codec": args.codec,
+        **sharded_options(args)})
     # One compute model per topology for the rows and the report's timeline, said up front.
     models = emulator.resolve_compute(cfg)
     computeargs.say_assumed(models)

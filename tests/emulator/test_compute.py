@@ -377,3 +377,20 @@ def test_the_consumer_box_preset_times_rtx4090s_with_ddp_through_host_memory(mlp
     model = ComputeModel.for_topology(G, mlp)
     assert (model.device, model.precision) == ("RTX4090", "amp-bf16")
     assert all(d.get("p2p") is False for _, d in G.nodes(data=True) if d.get("kind") == "gpu")
+
+
+def test_the_fused_codec_what_if_times_the_issues_target(resnet):
+    """``codec="fused"``: two float32 copies' traffic per element (half the copy bandwidth,
+    the GPU-codec issue's target) instead of today's measured codec."""
+    today = ComputeModel.for_device("A100", resnet)
+    fused = ComputeModel.for_device("A100", resnet, codec="fused")
+    b = resnet.buckets[0]
+    enc, dec = fused.codec(resnet, 0, CFG)
+    a100 = device("A100")
+    assert enc == pytest.approx(16 * b.compressed_numel / a100.mem_bandwidth + 8 * rules.KERNEL_S)
+    assert dec == pytest.approx(16 * b.compressed_numel / a100.mem_bandwidth + 6 * rules.KERNEL_S)
+    assert today.codec(resnet, 0, CFG)[0] > 10 * enc
+    assert fused.phases(resnet) == today.phases(resnet)     # compute is untouched
+    assert "GPU-codec issue's target" in fused.source
+    with pytest.raises(emulator.ConfigError, match="codec must be one of"):
+        ComputeModel.for_device("A100", resnet, codec="magic")
