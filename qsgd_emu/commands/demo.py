@@ -1,15 +1,14 @@
 """``qsgd-emu demo`` (the README's ``make run``): the main job end to end on embedded defaults.
 
-Measures a default model on this machine (ResNet-50 at batch 2 on CPU, real forward,
-backward and QSGD codec), scales its compute to an A100 (:data:`emulator.DEVICES`: the host's
-measured FLOP/s and copy bandwidth against the datasheet's), replays it over DGX A100 clusters
-at 8..1024 GPUs (1 to 128 machines), once with the preset's eight 200 Gbit/s InfiniBand NICs per node and once with
-the same nodes on 25 Gbit/s Ethernet NICs (a commodity cloud fabric, where compression pays),
-for fp32, fp16 and QSGD at 16/8/4/2 bits over both transports, writes
-out/demo/{study.csv,study.json,report.html,trace.json} and prints the summary table.
-
-Replaying CPU-measured compute as it is ("measured") would make every iteration seconds long
-and every speedup 1.00x: a what-if of GPUs needs GPU compute times.
+GPT-2 (124M) as people train it: 12 sequences of 1024 tokens per GPU under bf16 autocast
+(qsgd.models.recipes: nanoGPT's GPT-2 recipe), its training step recorded as operators on the
+meta device (no step runs: ``--measure-device cpu`` measures real gradients and the real codec
+on this CPU instead), timed on each topology's own GPU by the per-operator compute model,
+and replayed for fp32, fp16 and QSGD at 16/8/4/2 bits over both transports at 8..256 GPUs on
+two clusters: DGX A100s (8 x 200 Gbit/s InfiniBand per node), where NCCL hides the gradients
+behind backward, and boxes of 8 RTX 4090s (P2P off, one 25 GbE NIC; ``rtx4090_box``), where
+communication is what a step waits for. Writes out/demo/{study.csv,study.json,report.html,
+trace.json} (and headline.png) and prints the summary table and where QSGD pays.
 """
 from __future__ import annotations
 
@@ -18,18 +17,21 @@ import os
 
 from qsgd_emu.commands import study as study_cmd
 
-DEFAULT_TOPOLOGIES = ("cluster:dgx_a100x{N}", "cluster:dgx_a100x{N},nic_bw=25Gbit")
+DEFAULT_TOPOLOGIES = ("cluster:dgx_a100x{N}", "cluster:rtx4090_boxx{N}")
+DEFAULT_MODEL = "gpt2"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default="resnet50", help="model to measure")
+    parser.add_argument("--model", default=DEFAULT_MODEL, help="model to record or measure")
     parser.add_argument("--trace", metavar="PATH", help="skip measuring: use this PayloadTrace")
+    parser.add_argument("--measure-device", default="meta", choices=("meta", "cpu", "auto"),
+                        help="meta (default): record the model's layout and operators without "
+                             "running it; cpu/auto: measure real steps, gradients and codec here")
     study_cmd.add_arguments(parser, demo=True, topologies=DEFAULT_TOPOLOGIES)
-    # Up to 1024 GPUs, where QSGD starts to pay on slow NICs: NCCL's channels and QSGD's
-    # all-to-all share links, so every collective runs through the event loop, and each
-    # doubling of the GPUs costs about 2-4x; in the (default) approximate mode the study takes
-    # about 4 minutes on the 2-core development machine (benchmarks/RESULTS.md).
-    parser.set_defaults(world_sizes="8,16,32,64,128,256,512,1024", workers=default_workers())
+    # 8 to 256 GPUs (1 to 32 machines): NCCL's channels and QSGD's all-to-all share links, so
+    # every collective runs through the event loop; in the (default) approximate mode the
+    # study takes a few minutes on the 2-core development machine (benchmarks/RESULTS.md).
+    parser.set_defaults(world_sizes="8,16,32,64,128,256", workers=default_workers())
 
 
 def default_workers() -> int:
@@ -51,7 +53,7 @@ def run(args) -> int:
         trace = qsgd.PayloadTrace.load(args.trace)
     else:
         trace = study_cmd.measure_trace(args.model, args.measure_bits, args.measure_batch_size,
-                                        args.iterations)
+                                        args.iterations, device=args.measure_device)
         os.makedirs(args.out, exist_ok=True)
         trace.save(os.path.join(args.out, "trace.json"))
     return study_cmd.run_with(args, trace)

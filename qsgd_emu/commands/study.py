@@ -116,18 +116,24 @@ def sharded_options(args) -> dict:
     return kw
 
 
-def measure_trace(model: str, bits: int, batch_size: int | None, iterations: int, seed: int = 0):
-    """Measure ``model`` on this machine (``qsgd.measure``), reporting progress on stderr."""
+def measure_trace(model: str, bits: int, batch_size: int | None, iterations: int, seed: int = 0,
+                  device: str = "auto"):
+    """Measure ``model`` on this machine (``qsgd.measure``), reporting progress on stderr;
+    ``device="meta"`` records its layout and operators only (no step runs)."""
     import qsgd
 
     import torch
 
     cfg = qsgd.QSGDConfig.from_bits(bits)
+    if device == "meta":
+        print(f"recording {model}'s layout and operators on the meta device (no step runs)...",
+              file=sys.stderr, flush=True)
+        return qsgd.measure(model, cfg, device="meta", seed=seed)
     if batch_size is None:
         batch_size = 32 if torch.cuda.is_available() else 2
     print(f"measuring {model} (batch {batch_size}, {iterations} iterations, QSGD {bits} bits)...",
           file=sys.stderr, flush=True)
-    return qsgd.measure(model, cfg, iterations=iterations, batch_size=batch_size, device="auto",
+    return qsgd.measure(model, cfg, iterations=iterations, batch_size=batch_size, device=device,
                         seed=seed, progress=lambda msg: print(f"  {msg}", file=sys.stderr, flush=True))
 
 

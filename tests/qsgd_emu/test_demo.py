@@ -28,21 +28,25 @@ _main = run_cli
 
 def test_defaults_are_the_readmes_main_job():
     args = cli.build_parser(["demo"]).parse_args(["demo"])
-    assert args.model == "resnet50" and args.trace is None
-    assert args.world_sizes == (8, 16, 32, 64, 128, 256, 512, 1024)
-    assert args.bits == (32, 16, 8, 4, 2) and args.exact is False   # 8..1024 GPUs, approximate
+    # GPT-2 recorded on the meta device (no step runs), 8..256 GPUs, approximate
+    assert args.model == "gpt2" and args.trace is None and args.measure_device == "meta"
+    assert args.world_sizes == (8, 16, 32, 64, 128, 256)
+    assert args.bits == (32, 16, 8, 4, 2) and args.exact is False
     assert args.out == "out/demo" and args.measure_bits == 4
     # one local process per core, as many as the machine gives this process, at most 4
     assert args.workers == max(1, min(4, len(os.sched_getaffinity(0))))
-    assert DEFAULT_TOPOLOGIES == ("cluster:dgx_a100x{N}", "cluster:dgx_a100x{N},nic_bw=25Gbit")
-    # each topology's own GPU (the DGX A100's), at the model's training batch and the GPU's
-    # usual precision (ResNet-50: 256 per GPU, autocast bf16)
+    # a DGX cluster and a cluster of consumer-card boxes on 25 GbE, where communication matters
+    assert DEFAULT_TOPOLOGIES == ("cluster:dgx_a100x{N}", "cluster:rtx4090_boxx{N}")
+    # each topology's own GPU, at the model's training batch and the GPU's usual precision
+    # (GPT-2: 12 sequences of 1024 per GPU, autocast bf16), today's codec
     assert args.device == "auto" and args.batch_size is None and args.precision is None
+    assert args.codec == "today"
 
 
 def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
     out = tmp_path / "demo"
-    code, stdout, stderr = _main(["demo", "--model", "mlp", "--measure-batch-size", "4",
+    code, stdout, stderr = _main(["demo", "--model", "mlp", "--measure-device", "cpu",
+                                  "--measure-batch-size", "4",
                                   "--iterations", "1", "--batch-size", "64",
                                   "--world-sizes", "2,4", "--bits", "32,4", "--out", str(out)])
     assert code == 0, stderr
@@ -84,6 +88,23 @@ def test_demo_on_a_reduced_grid_writes_everything(tmp_path):
     assert figs[0]["layout"]["title"]["text"].startswith("Where QSGD pays")
     assert figs[4]["layout"]["title"]["text"].startswith("One iteration, bucket by bucket")
     assert "<br>QSGD " in figs[4]["layout"]["title"]["text"]
+
+
+def test_demo_records_the_model_on_the_meta_device_by_default(tmp_path):
+    """No step runs by default: the model's layout and operators, timed on each topology's
+    GPU (an A100 in the DGX, an RTX 4090 in the consumer box)."""
+    out = tmp_path / "demo"
+    code, _, stderr = _main(["demo", "--model", "mlp", "--world-sizes", "8", "--bits", "32,4",
+                             "--transports", "fp32,qsgd_scatter_reduce_allgather",
+                             "--out", str(out)])
+    assert code == 0, stderr
+    assert "recording mlp's layout and operators on the meta device" in stderr
+    trace = qsgd.PayloadTrace.load(out / "trace.json")
+    assert trace.device == "meta" and not trace.timed and trace.operators is not None
+    rows = read_study(out / "study.json").rows
+    assert {r.topology: r.device for r in rows} == {"cluster:dgx_a100x{N}": "A100-80GB",
+                                                   "cluster:rtx4090_boxx{N}": "RTX4090"}
+    assert {r.batch_size for r in rows} == {64} and {r.precision for r in rows} == {"amp-bf16"}
 
 
 def test_demo_with_a_saved_trace_skips_measuring_and_prints_json(tmp_path):
