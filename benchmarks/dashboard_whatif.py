@@ -1,7 +1,7 @@
 """The dashboard's default what-if, timed: ``dashboards.jobs.whatif_job`` with the page's defaults.
 
-DGX A100 machines, ResNet-50 measured on this CPU, widths 32/16/8/4/2, both QSGD transports,
-8 to 128 GPUs, one process. Runs twice in one process: the first measures ResNet-50 into the
+DGX A100 machines, ResNet-50 recorded on the meta device (layout and operators), widths 32/16/8/4/2, both QSGD transports,
+8 to 128 GPUs, one process. Runs twice in one process: the first records ResNet-50 into the
 cache directory, the second finds its trace there. Issues 11 and 32's target: <= 30 s.
 
 ``--browser`` times what a person waits for instead: a real ``qsgd-emu dashboard`` server

@@ -453,5 +453,7 @@ def recommend_job(params: Mapping[str, Any], progress: Progress = _no_progress) 
         f"{rec.best.iteration_s * 1e3:.2f} ms per iteration, {rec.speedup_fp32:.2f}x over fp32, "
         f"{rec.speedup_fp16:.2f}x over fp16, variance increase {rec.best.variance:.4g}",
         *([f"# {rec.note}"] if rec.note else []),
+        f"# assumed: {compute.source}",
         rec.state_snippet()])
+    out["compute"] = compute.to_dict()
     return out

@@ -28,7 +28,7 @@ BUDGETS: dict[str, str] = {
     "bits_per_element": "max bits per element",
 }
 DEFAULTS: dict[str, Any] = {"model": "resnet50", "spec": "cluster:dgx_a100x{N}", "size": 64,
-                            "budget": "variance_as_bits", "value": "4", "device": "A100"}
+                            "budget": "variance_as_bits", "value": "4", "device": ""}
 
 
 def params_from_form(*, model, trace_upload, trace_filename, spec, size, budget, value, transports,
@@ -62,7 +62,7 @@ def params_from_form(*, model, trace_upload, trace_filename, spec, size, budget,
     if not transports:
         raise DashboardError("recommend-transports: pick at least one transport")
     params["transports"] = list(transports)
-    params["device"] = device or "measured"
+    params["device"] = device or "auto"
     params["bucket_size"] = 512
     return params
 
@@ -98,8 +98,12 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                       dcc.Input(id="recommend-size", type="number", min=1, step=1, debounce=True,
                                 value=q.get("size", DEFAULTS["size"]))], className="field"),
             html.Div([label("target device", "recommend-device"),
-                      dcc.Dropdown(id="recommend-device", options=sorted(jobs.api("emulator", "DEVICES")),
-                                   value=q.get("device", DEFAULTS["device"]))], className="field"),
+                      # as the What-if's: empty means the topology's own GPU ("auto"), and
+                      # "measured" the speed the trace was measured at
+                      dcc.Dropdown(id="recommend-device",
+                                   options=["measured"] + sorted(jobs.api("emulator", "DEVICES")),
+                                   value=q.get("device") or None,
+                                   placeholder="the topology's own GPU")], className="field"),
         ], className="row"),
         html.Div([
             html.Div([label("budget", "recommend-budget"),

@@ -6,7 +6,7 @@ import pytest
 
 from dashboards import jobs
 from dashboards.errors import DashboardError
-from dashboards.pages import topology, validation, whatif
+from dashboards.pages import recommend, topology, validation, whatif
 
 
 def _data_url(data: bytes) -> str:
@@ -236,3 +236,23 @@ def test_validation_garbled_log_names_the_file_and_the_problem():
     with pytest.raises(DashboardError, match="'garbled.log' is neither a report, a trace nor an "
                                              "nccl-tests log: .*no nccl-tests result table"):
         validation.load_upload(_data_url(b"hello\nworld\n"), "garbled.log", "switch:8", "ring")
+
+
+# --- recommend -------------------------------------------------------------------------
+
+RECOMMEND_FORM = dict(model="mlp", trace_upload=None, trace_filename=None,
+                      spec="cluster:dgx_a100x{N}", size="16", budget="variance_as_bits", value="4",
+                      transports=["qsgd_scatter_reduce_allgather"], device=None)
+
+
+def test_recommend_times_the_topologys_gpu_unless_told_and_says_so(tmp_path):
+    """No device picked: the topology's own GPU (as the What-if), never this CPU's speed; the
+    configuration text says what the compute half assumed."""
+    params = dict(recommend.params_from_form(**RECOMMEND_FORM), cache_dir=str(tmp_path))
+    assert params["device"] == "auto"
+    out = jobs.recommend_job(params)
+    assert out["compute"]["device"] == "A100-80GB" and out["compute"]["batch_size"] is not None
+    assert "# assumed: A100-80GB" in out["text"]
+    measured = jobs.recommend_job(dict(params, device="measured"))
+    assert measured["compute"]["device"] == "measured"
+    assert measured["compute"]["backward_s"] != out["compute"]["backward_s"]
