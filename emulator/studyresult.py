@@ -375,7 +375,8 @@ def summary_table(study: Study) -> str:
 def conclusions(study: Study) -> list[str]:
     """One sentence per (topology, world size): the fastest configuration, its speedup over
     fp32 and fp16 when the study ran them, and whether that step is compute- or
-    communication-bound."""
+    communication-bound; then, per topology with QSGD and dense rows, one sentence on where
+    QSGD pays (the headline figure's answer in words)."""
     out = []
     for top in study.topologies:
         for w in study.world_sizes(top):
@@ -389,4 +390,35 @@ def conclusions(study: Study) -> list[str]:
                        f"{1e3 * r.iteration_s:.1f} ms/iteration{speed}; {r.bound}-bound "
                        f"({r.exposed_comm_s / r.iteration_s:.0%} of the step is exposed "
                        f"communication).")
+    out.extend(filter(None, (_where_qsgd_pays(study, top) for top in study.topologies)))
     return out
+
+
+def _where_qsgd_pays(study: Study, top: str) -> str | None:
+    """Where the fastest QSGD row of each size of ``top`` beats fp32 and fp16 (the speedups
+    of :class:`StudyRow`), as one sentence; None when the study has no QSGD or no dense row."""
+    sizes = [w for w in study.world_sizes(top)
+             if any(r.compressed for r in study.cell(top, w))]
+    if not sizes:
+        return None
+    best = {w: study.fastest(top, w, compressed=True) for w in sizes}
+    from emulator.figstyle import config_label  # the figures' names for a configuration
+
+    span = f"{sizes[0]}-{sizes[-1]} GPUs" if len(sizes) > 1 else f"{sizes[0]} GPUs"
+    parts = []
+    for base in ("fp32", "fp16"):
+        speed = {w: getattr(r, f"speedup_vs_{base}") for w, r in best.items()}
+        if any(v is None for v in speed.values()):
+            continue
+        w = max(sizes, key=lambda x: speed[x])
+        at = f"{speed[w]:.2f}x, {config_label(best[w].transport, best[w].bits)} at {w} GPUs"
+        pays = [x for x in sizes if speed[x] > 1.0]
+        if not pays:
+            parts.append(f"never beats {base} at {span} (at best {at})")
+            continue
+        where = (f"from {pays[0]} GPUs on" if pays == sizes[sizes.index(pays[0]):] else
+                 "at " + ", ".join(map(str, pays)) + " GPUs")
+        parts.append(f"beats {base} {where} (up to {at})")
+    if not parts:
+        return None
+    return f"{top}: QSGD " + "; ".join(parts) + "."

@@ -430,9 +430,26 @@ def test_report_opens_with_the_headline_then_the_conclusions(report, study):
     between = text[calls[0]:calls[1]]          # after the headline, before the other figures
     for line in study.conclusions():
         assert line.replace("&", "&amp;") in between
-    assert len(study.conclusions()) == len(SPECS) * len(SIZES)
+    # a sentence per (topology, size), then one per topology on where QSGD pays
+    assert len(study.conclusions()) == len(SPECS) * len(SIZES) + len(SPECS)
     # the key of the figures is given once, before them
     assert between.count("Colour is the transport") == 1
+
+
+def test_conclusions_say_where_qsgd_pays_as_the_rows_do(study):
+    said = {line.split(": QSGD ")[0]: line for line in study.conclusions() if ": QSGD " in line}
+    assert set(said) == set(SPECS)
+    for top, line in said.items():
+        best = [study.fastest(top, w, compressed=True) for w in SIZES]
+        for base in ("fp32", "fp16"):
+            speed = [getattr(r, f"speedup_vs_{base}") for r in best]
+            if None in speed:           # the study ran no such baseline: nothing said of it
+                assert f"beats {base}" not in line
+                continue
+            top_speed = f"{max(speed):.2f}x"
+            part = next(p for p in line.split(";") if f"beats {base}" in p)
+            assert top_speed in part
+            assert ("never" in part) == (max(speed) <= 1.0)
 
 
 def test_report_table_lists_every_row(report, rows):
@@ -542,7 +559,7 @@ def test_study_command_end_to_end(study, rows, tmp_path, capsys):
     lines = cap.out.splitlines()
     assert lines[0].split()[:5] == ["topology", "GPUs", "batch/GPU", "bits", "transport"]
     table = [ln for ln in lines if ln.startswith(("switch:", "cluster:dgx_a100x"))
-             and not ln.split()[0].endswith(",")]  # not the conclusions
+             and not ln.split()[0].endswith((",", ":"))]  # not the conclusions
     assert len(table) == len(rows)
     assert {ln.split()[0] for ln in table} == {r.topology_name for r in rows}
     assert all(ln.split()[2] == "8" for ln in table)       # the batch per GPU is shown
