@@ -48,17 +48,17 @@ SKIP = {"llmfoundry-mpt7b-fsdp-a100-40gb-bf16": "activation checkpointing (not m
         "torchtitan-llama3-8b-fsdp-compile-h100": "as the eager file, and torch.compile"}
 
 
-def mpt_model(args: dict):
-    """The zoo's GPT-2 class at an MPT file's dimensions (module docstring), on the meta
+def mpt_model(name: str, args: dict):
+    """The zoo's GPT-2 class at an MPT file's dimensions, as ``validate published`` builds it
+    (``emulator.validation.published.zoo_model``: the one owner of that mapping), on the meta
     device (no memory: a 13B layout builds in seconds)."""
     import qsgd
     import torch
+    from emulator.validation.published import zoo_model
 
+    name, kwargs = zoo_model(name, args, "model_args")
     with torch.device("meta"):
-        return qsgd.build_model("gpt2", n_layer=args["n_layers"], n_embd=args["d_model"],
-                                n_head=args["n_heads"], vocab_size=args["vocab"],
-                                seq_len=args["seq_len"], n_positions=args["seq_len"],
-                                dropout=0.0)
+        return qsgd.build_model(name, **kwargs)
 
 
 def points(max_gpus: int):
@@ -93,7 +93,7 @@ def main(argv=None) -> int:
         margs = run["model_args"]
         key = json.dumps(margs, sort_keys=True)
         if key not in traces:
-            traces[key] = qsgd.measure(mpt_model(margs), qsgd.QSGDConfig.from_bits(4),
+            traces[key] = qsgd.measure(mpt_model(run["model"], margs), qsgd.QSGDConfig.from_bits(4),
                                        device="meta")
         trace = traces[key]
         cfg = emulator.StudyConfig(

@@ -99,7 +99,9 @@ def _mpt(args: dict, where: str) -> tuple[str, dict]:
     """MPT (mosaicml/llm-foundry ``mpt_causal_lm``) as the zoo's GPT-2-shaped decoder of the
     same width, depth, heads, vocabulary and sequence (its MLP is 4x wide, as MPT's
     ``expansion_ratio`` 4); ALiBi has no position table and MPT no biases: the decoder has
-    both (a few million parameters more than the 7B's 6.66 billion)."""
+    both (a few million parameters more than the 7B's 6.66 billion). No dropout: llm-foundry's
+    MPT pretraining yamls set ``attn_pdrop``, ``resid_pdrop`` and ``emb_pdrop`` to 0, so no
+    dropout masks are saved for the backward pass (the zoo's default keeps GPT-2's 0.1)."""
     need = ("d_model", "n_layers", "n_heads", "seq_len", "vocab")
     missing = [k for k in need if not is_int(args.get(k))]
     if missing:
@@ -110,7 +112,7 @@ def _mpt(args: dict, where: str) -> tuple[str, dict]:
                          f"only MPT's 4 maps onto the zoo's decoder")
     return "gpt2", {"n_layer": args["n_layers"], "n_embd": args["d_model"],
                     "n_head": args["n_heads"], "vocab_size": args["vocab"],
-                    "seq_len": args["seq_len"], "n_positions": args["seq_len"]}
+                    "seq_len": args["seq_len"], "n_positions": args["seq_len"], "dropout": 0.0}
 
 
 #: Model names of the registry that are not zoo names, and how they map onto the zoo.
