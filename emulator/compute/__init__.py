@@ -5,7 +5,9 @@
 - :mod:`~emulator.compute.precisions`: fp32, tf32, autocast fp16/bf16, bf16, fp8
   (:data:`PRECISIONS`): which math units each operator runs on, what DDP sends;
 - :mod:`~emulator.compute.rules`: one kernel's seconds (roofline, tile and wave
-  quantisation, cited efficiencies); :mod:`~emulator.compute.timeline`: a step's phases from
+  quantisation, cited efficiencies); :mod:`~emulator.compute.convolution`: cuDNN's algorithm
+  per convolution as ``cudnn.benchmark`` picks it (implicit GEMM or Winograd);
+  :mod:`~emulator.compute.timeline`: a step's phases from
   them through eager PyTorch's host and device; :mod:`~emulator.compute.codec`: QSGD's codec
   on the target; :mod:`~emulator.compute.methods`: the local stages of compression as other
   projects implement it (PowerSGD, GRACE's compressors);

@@ -17,6 +17,11 @@ A kernel's device seconds are ``max(math seconds, memory seconds) + KERNEL_S`` p
 - **layout**: a convolution whose activations are laid out NCHW runs on tensor cores (TF32,
   FP16, BF16) only after cuDNN transposes them to NHWC and back: two more kernels moving those
   activations in and out (``nchw``; ``qsgd.operators.kinds.CONV_ACTIVATIONS`` cites it).
+- **convolution algorithms**: each convolution (forward, data and weight gradient) runs the
+  fastest of the algorithms cuDNN offers for its geometry and math mode, as
+  ``cudnn.benchmark`` picks: implicit GEMM (the rule above) or Winograd
+  (:mod:`~emulator.compute.convolution`); a record without geometry (an older trace) runs
+  implicit GEMM.
 
 Every constant is cited in ``docs/gpus.md`` (section 2) and none was fitted to a training
 run: ``benchmarks/RESULTS.md`` says how the rules do against published throughput.
@@ -148,11 +153,8 @@ def kernel_seconds(op, batch: int, device: Device, mode: str) -> float:
     """
     nbytes = op.bytes[0] + op.bytes[1] * batch + op.reread[0] + op.reread[1] * batch
     launches = 1
-    transpose_s = 0.0
-    nchw = op.nchw[0] + op.nchw[1] * batch
-    if nchw and mode in TENSOR_MODES:
-        # the layout change's two kernels: each reads and writes the activations once
-        transpose_s = memory_seconds(2 * nchw, device) + 2 * KERNEL_S
+    serial_s = 0.0
+    tensor = mode in TENSOR_MODES
     if op.kind in ("gemm", "conv"):
         dims = [tuple(d[0] + d[1] * batch for d in g) for g in op.gemms]
         launches = max(1, len(dims))
@@ -161,6 +163,13 @@ def kernel_seconds(op, batch: int, device: Device, mode: str) -> float:
             # grouped / depthwise: direct kernels on the FP32 pipes, not implicit GEMM tiles
             flops = op.flops[0] + op.flops[1] * batch
             math_s = flops / (device.flops("fp32") * math_efficiency("fp32", device))
+        elif op.kind == "conv":
+            # each convolution by the algorithm cudnn.benchmark would pick (implicit GEMM or
+            # Winograd, emulator.compute.convolution)
+            from .convolution import conv_seconds
+
+            math_s, serial_s, extra, tensor = conv_seconds(op, batch, device, mode)
+            nbytes += extra
         else:
             math_s = sum(gemm_math_seconds(*g, rate, device.sms) for g in dims)
             nbytes += sum(split_k_bytes(*g, device.sms) for g in dims)
@@ -171,4 +180,8 @@ def kernel_seconds(op, batch: int, device: Device, mode: str) -> float:
         math_s = 0.0
         if op.kind in ("optimizer", "scaler"):
             launches = math.ceil(op.tensors / FOREACH_TENSORS)
-    return max(math_s, memory_seconds(nbytes, device)) + launches * KERNEL_S + transpose_s
+    nchw = op.nchw[0] + op.nchw[1] * batch
+    if nchw and tensor:
+        # the layout change's two kernels: each reads and writes the activations once
+        serial_s += memory_seconds(2 * nchw, device) + 2 * KERNEL_S
+    return max(math_s, memory_seconds(nbytes, device)) + launches * KERNEL_S + serial_s

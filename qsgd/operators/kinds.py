@@ -101,6 +101,45 @@ REREAD = {
 CONV_ACTIVATIONS = {"convolution": (0,), "convolution_backward": (0, 1)}
 
 
+#: Where a convolution's aten call keeps its geometry: packet name -> argument positions of
+#: (input, weight, output or gradient of the output, stride, dilation, transposed, groups).
+#: ``convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding,
+#: groups)``; ``convolution_backward(grad_output, input, weight, bias_sizes, stride, padding,
+#: dilation, transposed, output_padding, groups, output_mask)`` (ATen's native_functions.yaml).
+CONV_GEOMETRY = {"convolution": (0, 1, None, 3, 5, 6, 8),
+                 "convolution_backward": (1, 2, 0, 4, 6, 7, 9)}
+
+
+def conv_geometry(name: str, args, out) -> dict | None:
+    """A convolution call's ``kernel``, ``stride``, ``dilation``, ``groups`` and ``spatial``
+    (input's and output's spatial sizes), the fields :class:`~qsgd.operators.records.Operator`
+    carries; None for other operators and for transposed convolutions (their stride means
+    the opposite, and the compute model times them as implicit GEMM).
+
+    >>> import torch
+    >>> x, w = torch.empty(2, 3, 8, 8, device="meta"), torch.empty(4, 3, 3, 3, device="meta")
+    >>> args = (x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 1)
+    >>> conv_geometry("convolution", args, torch.empty(2, 4, 4, 4, device="meta"))
+    {'kernel': (3, 3), 'stride': (2, 2), 'dilation': (1, 1), 'groups': 1, 'spatial': ((8, 8), (4, 4))}
+    """
+    where = CONV_GEOMETRY.get(name)
+    if where is None:
+        return None
+    i_x, i_w, i_y, i_stride, i_dil, i_tr, i_groups = where
+    if bool(args[i_tr]):
+        return None
+    x, w = args[i_x], args[i_w]
+    y = out if i_y is None else args[i_y]
+    kernel = tuple(int(d) for d in w.shape[2:])
+
+    def per_dim(v) -> tuple[int, ...]:
+        v = tuple(int(d) for d in v)
+        return v * len(kernel) if len(v) == 1 else v
+    return {"kernel": kernel, "stride": per_dim(args[i_stride]), "dilation": per_dim(args[i_dil]),
+            "groups": int(args[i_groups]),
+            "spatial": (tuple(int(d) for d in x.shape[2:]), tuple(int(d) for d in y.shape[2:]))}
+
+
 def kind_of(name: str) -> str:
     """The class of the operator with overload packet ``name``.
 

@@ -176,4 +176,5 @@ def _constant(row: dict) -> Operator:
         return (int(v), 0)
     return Operator(row["op"], row["kind"], row["phase"], row["dtype"], c(row["flops"]),
                     c(row["bytes"]), tuple(tuple(c(d) for d in g) for g in row["gemms"]),
-                    row["tensors"], row["causal"], c(row["reread"]), c(row["nchw"]))
+                    row["tensors"], row["causal"], c(row["reread"]), c(row["nchw"]),
+                    **row.get("geometry", {}))

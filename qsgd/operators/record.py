@@ -25,7 +25,7 @@ from torch.utils.flop_counter import flop_registry
 
 from qsgd.errors import ModelError
 from .functions import Functions, attention_record
-from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, kind_of
+from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, conv_geometry, kind_of
 from .records import FAMILIES, Operator, Operators, OperatorSet, affine_fit
 
 #: Batch sizes the step is recorded at (two points fix an affine count; 2 is the smallest
@@ -114,6 +114,9 @@ class _Recorder(TorchDispatchMode):
             x = args[CONV_ACTIVATIONS[name][-1]]
             if x.dim() == 4 and not x.is_contiguous(memory_format=torch.channels_last):
                 row["nchw"] = sum(_nbytes(t) for t in acts)
+        if kind == "conv":
+            # kernel, stride, dilation, groups, spatial sizes: what cuDNN's algorithm choice reads
+            row["geometry"] = conv_geometry(name, args, out) or {}
         if kind in ("gemm", "conv", "attention"):
             row["gemms"] = GEMMS[name](args, out) if name in GEMMS else []
             counter = flop_registry.get(func.overloadpacket)
@@ -264,6 +267,9 @@ def _fit(rows1: list[dict], rows2: list[dict], family: str) -> tuple[Operator, .
     ops = []
     for i, (r1, r2) in enumerate(zip(rows1, rows2)):
         same = ("op", "kind", "phase", "dtype", "tensors", "causal")
+        if r1.get("geometry", {}).get("kernel") != r2.get("geometry", {}).get("kernel"):
+            raise ModelError(f"operators ({family}): operator {i} ({r1['op']}) has another "
+                             f"kernel at batch {b1} than at batch {b2}")
         if any(r1[k] != r2[k] for k in same) or len(r1["gemms"]) != len(r2["gemms"]):
             raise ModelError(f"operators ({family}): operator {i} is {r1['op']} at batch {b1} "
                              f"but {r2['op']} at batch {b2}")
@@ -276,7 +282,8 @@ def _fit(rows1: list[dict], rows2: list[dict], family: str) -> tuple[Operator, .
                                 affine_fit(r1["bytes"], r2["bytes"], b1, b2, f"{what} bytes"),
                                 gemms, r1["tensors"], r1["causal"],
                                 affine_fit(r1["reread"], r2["reread"], b1, b2, f"{what} reread"),
-                                affine_fit(r1["nchw"], r2["nchw"], b1, b2, f"{what} nchw")))
+                                affine_fit(r1["nchw"], r2["nchw"], b1, b2, f"{what} nchw"),
+                                **r1.get("geometry", {})))
         except ValueError as exc:
             raise ModelError(str(exc)) from None
     return tuple(ops)

@@ -24,7 +24,14 @@ Fields of one record (JSON keys in brackets):
 - ``causal`` [``causal``]: attention with a causal mask (half the products are skipped);
 - ``reread`` [``reread``]: bytes a second pass reads again (batch normalisation's statistics);
 - ``nchw`` [``nchw``]: bytes of a convolution's activations laid out NCHW, which cuDNN
-  transposes to NHWC and back around a tensor-core kernel (0 when they are channels-last).
+  transposes to NHWC and back around a tensor-core kernel (0 when they are channels-last);
+- a convolution's geometry, from the arguments of its aten call (``aten.convolution``,
+  ``aten.convolution_backward``; absent in older records and for transposed convolutions, and
+  then the compute model times the convolution as implicit GEMM only): ``kernel``
+  [``kernel``] the filter's spatial size, ``stride`` [``stride``], ``dilation``
+  [``dilation``], ``groups`` [``groups``], and ``spatial`` [``spatial``] the input's and the
+  output's spatial sizes ``[[H_in, W_in], [H_out, W_out]]`` (batch-independent), which is
+  what cuDNN's algorithm choice depends on (``emulator.compute.convolution``).
 
 Units: FLOPs, bytes. Owned here: the format (``docs/formats.md``, "operators"); the
 emulator's compute model reads it (``emulator.compute``), torch is not imported.
@@ -82,6 +89,11 @@ class Operator:
     causal: bool = False
     reread: tuple[int, int] = (0, 0)
     nchw: tuple[int, int] = (0, 0)
+    kernel: tuple[int, ...] = ()
+    stride: tuple[int, ...] = ()
+    dilation: tuple[int, ...] = ()
+    groups: int = 1
+    spatial: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -103,6 +115,11 @@ class Operator:
         """The matrix products ``(groups, M, N, K)`` (attention: ``(BH, S_q, S_k, D)``) at ``batch``."""
         return [tuple(at(d, batch) for d in g) for g in self.gemms]
 
+    @property
+    def has_geometry(self) -> bool:
+        """Whether the record carries a convolution's geometry (``kernel`` and the rest)."""
+        return bool(self.kernel)
+
     def to_dict(self) -> dict:
         d = {"op": self.op, "kind": self.kind, "phase": self.phase, "dtype": self.dtype,
              "flops": list(self.flops), "bytes": list(self.bytes)}
@@ -115,6 +132,10 @@ class Operator:
         for key in ("reread", "nchw"):
             if any(getattr(self, key)):
                 d[key] = list(getattr(self, key))
+        if self.kernel:
+            d.update(kernel=list(self.kernel), stride=list(self.stride),
+                     dilation=list(self.dilation), groups=self.groups,
+                     spatial=[list(x) for x in self.spatial])
         return d
 
     @classmethod
@@ -144,9 +165,40 @@ class Operator:
             return cls(d["op"], d["kind"], d["phase"], d["dtype"], _affine(d["flops"], f"{path}.flops"),
                        _affine(d["bytes"], f"{path}.bytes"), tuple(parsed), tensors, causal,
                        _affine(d.get("reread", [0, 0]), f"{path}.reread"),
-                       _affine(d.get("nchw", [0, 0]), f"{path}.nchw"))
+                       _affine(d.get("nchw", [0, 0]), f"{path}.nchw"), **_geometry(d, path))
         except TraceError as exc:
             raise TraceError(f"{path}: {exc}") from None
+
+
+def _ints(v, path: str, low: int) -> tuple[int, ...]:
+    if not isinstance(v, list) or not v or not all(is_int(x) and x >= low for x in v):
+        raise TraceError(f"{path} must be a non-empty list of ints >= {low}, got {v!r}")
+    return tuple(int(x) for x in v)
+
+
+def _geometry(d, path: str) -> dict:
+    """A convolution's optional geometry fields (none: an older record, timed as before)."""
+    if "kernel" not in d:
+        return {}
+    for key in ("stride", "dilation", "groups", "spatial"):
+        if key not in d:
+            raise TraceError(f"{path}.{key} is missing (a record with a kernel has all of kernel, "
+                             f"stride, dilation, groups and spatial)")
+    kernel = _ints(d["kernel"], f"{path}.kernel", 1)
+    out = {"kernel": kernel, "stride": _ints(d["stride"], f"{path}.stride", 1),
+           "dilation": _ints(d["dilation"], f"{path}.dilation", 1)}
+    if not is_int(d["groups"]) or d["groups"] < 1:
+        raise TraceError(f"{path}.groups must be an int >= 1, got {d['groups']!r}")
+    sp = d["spatial"]
+    if not isinstance(sp, list) or len(sp) != 2:
+        raise TraceError(f"{path}.spatial must be [input sizes, output sizes], got {sp!r}")
+    out["spatial"] = tuple(_ints(x, f"{path}.spatial[{i}]", 0) for i, x in enumerate(sp))
+    for key in ("stride", "dilation"):
+        if len(out[key]) != len(kernel):
+            raise TraceError(f"{path}.{key} must have one entry per kernel dimension "
+                             f"({len(kernel)}), got {d[key]!r}")
+    out["groups"] = int(d["groups"])
+    return out
 
 
 @dataclass(frozen=True)

@@ -65,6 +65,38 @@ def test_grouped_convolution_counts_per_group():
     assert data_grad == (4, 2 * 36, 2, 2 * 9) and weight_grad == (4, 2, 18, 2 * 36)
 
 
+def test_convolutions_carry_their_kernel_stride_dilation_groups_and_sizes():
+    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1),                  # 10x12 -> 10x12
+                        nn.Conv2d(8, 16, 3, stride=2, padding=1),       # -> 5x6
+                        nn.Conv2d(16, 16, 1),                           # 1x1
+                        nn.Conv2d(16, 16, 3, padding=2, dilation=2, groups=4))
+    ops = record_operators(net, input_shape=(3, 10, 12), families=("fp32",)).family("fp32")
+    want = [((3, 3), (1, 1), (1, 1), 1, ((10, 12), (10, 12))),
+            ((3, 3), (2, 2), (1, 1), 1, ((10, 12), (5, 6))),
+            ((1, 1), (1, 1), (1, 1), 1, ((5, 6), (5, 6))),
+            ((3, 3), (1, 1), (2, 2), 4, ((5, 6), (5, 6)))]
+    geometry = [(o.kernel, o.stride, o.dilation, o.groups, o.spatial)
+                for o in _ops(ops, "forward", "conv")]
+    assert geometry == want
+    # backward runs the layers in reverse, each with its forward's geometry
+    assert [(o.kernel, o.stride, o.dilation, o.groups, o.spatial)
+            for o in _ops(ops, "backward", "conv")] == want[::-1]
+    # written to JSON and read back; a record without them (an older trace) still loads
+    from qsgd.operators.records import Operator
+    first = _ops(ops, "forward", "conv")[0]
+    d = first.to_dict()
+    assert d["kernel"] == [3, 3] and d["stride"] == [1, 1] and d["groups"] == 1
+    assert d["spatial"] == [[10, 12], [10, 12]]
+    assert Operator.from_dict(d, "op") == first
+    old = {k: v for k, v in d.items() if k not in ("kernel", "stride", "dilation", "groups", "spatial")}
+    legacy = Operator.from_dict(old, "op")
+    assert not legacy.has_geometry and legacy.gemms == first.gemms
+    with pytest.raises(qsgd.TraceError, match=r"op\.stride is missing"):
+        Operator.from_dict({k: v for k, v in d.items() if k != "stride"}, "op")
+    with pytest.raises(qsgd.TraceError, match=r"op\.stride must have one entry per kernel"):
+        Operator.from_dict({**d, "stride": [1]}, "op")
+
+
 class _Attn(nn.Module):
     def __init__(self, causal: bool):
         super().__init__()
