@@ -174,11 +174,25 @@ def build(cfg: TrainConfig, n_features: int, n_classes: int) -> torch.nn.Module:
 
 
 def parameter_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of the parameters' bytes: equal across ranks iff they hold identical parameters."""
+    """SHA-256 of the parameters' bytes: equal across ranks iff they hold identical parameters.
+    Sharded parameters (FSDP2's DTensors) are gathered whole first: a collective then, which
+    every rank calls."""
     h = hashlib.sha256()
     for p in model.parameters():
-        h.update(p.detach().cpu().contiguous().numpy().tobytes())
+        t = p.full_tensor() if hasattr(p, "full_tensor") else p
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def check_ranks_agree(model: torch.nn.Module, world: int) -> str:
+    """The parameters' :func:`parameter_digest`, all-gathered; RuntimeError unless every rank
+    of the group holds the same parameters (a run whose ranks drifted apart is not a result)."""
+    digest = parameter_digest(model)
+    digests = [None] * world
+    dist.all_gather_object(digests, digest)
+    if len(set(digests)) != 1:
+        raise RuntimeError(f"ranks ended with different parameters: {digests}")
+    return digest
 
 
 @torch.no_grad()
@@ -291,11 +305,7 @@ def train(cfg: TrainConfig, *, store=None, run_id: int | None = None, device=Non
                 store.log_step(run_id, step, metrics)
             step += 1
     train_s = time.perf_counter() - t_train
-    digest = parameter_digest(model)
-    digests = [None] * world
-    dist.all_gather_object(digests, digest)
-    if len(set(digests)) != 1:
-        raise RuntimeError(f"ranks ended with different parameters: {digests}")
+    digest = check_ranks_agree(model, world)
     done = [h for h in history]
     if cfg.parallelism == "zero1":     # the shards' state, gathered on rank 0 for the checkpoint
         opt.consolidate_state_dict(to=0)

@@ -9,7 +9,6 @@ parameters are compared across ranks as full tensors at the end. ``zero1`` runs 
 """
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from dataclasses import asdict
@@ -19,26 +18,10 @@ import torch
 import torch.distributed as dist
 
 from .datasets import load_dataset
+from .loop import accuracy, check_ranks_agree
 
 #: compressions a sharded run takes
 SHARDED_COMPRESSIONS = ("fp32", "qsgd")
-
-
-def full_digest(model: torch.nn.Module) -> str:
-    """SHA-256 of the full parameters (sharded ones gathered: collective, every rank calls it)."""
-    h = hashlib.sha256()
-    for p in model.parameters():
-        t = p.full_tensor() if hasattr(p, "full_tensor") else p
-        h.update(t.detach().cpu().contiguous().numpy().tobytes())
-    return h.hexdigest()
-
-
-@torch.no_grad()
-def _accuracy(model, x, y) -> float:
-    model.eval()
-    pred = torch.cat([model(xb).argmax(1) for xb in torch.split(x, 1024)])
-    model.train()
-    return float((pred == y).float().mean())
 
 
 def train_sharded(cfg, *, store=None, run_id: int | None = None, device=None,
@@ -94,22 +77,18 @@ def train_sharded(cfg, *, store=None, run_id: int | None = None, device=None,
                        "samples_per_s": cfg.batch_size * world / iteration_s if iteration_s > 0 else None}
             end_of_epoch = i == steps_per_epoch - 1
             if end_of_epoch or (cfg.eval_every and (step + 1) % cfg.eval_every == 0):
-                metrics["test_accuracy"] = _accuracy(model, data.test_x.to(device),
+                metrics["test_accuracy"] = accuracy(model, data.test_x.to(device),
                                                      data.test_y.to(device))
             history.append(metrics)
             if store is not None and rank == 0:
                 store.log_step(run_id, step, metrics)
             step += 1
     train_s = time.perf_counter() - t_train
-    digest = full_digest(model)
-    digests = [None] * world
-    dist.all_gather_object(digests, digest)
-    if len(set(digests)) != 1:
-        raise RuntimeError(f"ranks ended with different parameters: {digests}")
+    digest = check_ranks_agree(model, world)
     return {
         "config": asdict(cfg), "world_size": world, "rank": rank, "steps": step,
         "steps_per_epoch": steps_per_epoch, "final_loss": last_loss,
-        "final_test_accuracy": _accuracy(model, data.test_x.to(device), data.test_y.to(device)),
+        "final_test_accuracy": accuracy(model, data.test_x.to(device), data.test_y.to(device)),
         "iteration_s": float(np.median([h["iteration_s"] for h in history])) if history else None,
         "bytes_sent_per_step": float(plan.wire_bytes), "predicted_iteration_s": None,
         "train_s": train_s, "parameter_digest": digest, "sharded": sharded.stats(),
