@@ -53,10 +53,13 @@ def test_whatif_job_times_the_batch_and_precision_asked_for(tmp_path):
 
 
 @pytest.mark.slow
-def test_whatif_records_a_70b_model_on_the_meta_device():
-    # no weights and no step: the layout and the operators, which the GPU's model times
-    trace = jobs.workload({"model": "llama2-70b", "bits": [32, 4], "bucket_size": 512})
-    assert trace.parameters == 68_976_648_192 and not trace.timed
+def test_whatif_records_a_7b_model_on_the_meta_device():
+    # no weights and no step: the layout and the operators, which the GPU's model times; a
+    # model 17x over what the page would measure on a CPU (the 70B layouts record the same
+    # way, tests/qsgd/test_transformers.py, in 4x the time)
+    trace = jobs.workload({"model": "llama2-7b", "bits": [32, 4], "bucket_size": 512})
+    assert trace.parameters == 6_738_415_616 > 16 * jobs.CPU_MEASURE_MAX_PARAMETERS
+    assert not trace.timed
     assert trace.operators.family("amp").optimizer == "adamw"
 
 
