@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Callable, TextIO
 
-__all__ = ["ProgressBar", "Watch", "QUIET_S", "EVERY_S", "duration"]
+__all__ = ["ProgressBar", "Watch", "QUIET_S", "EVERY_S", "counted", "duration"]
 
 #: Seconds before the first line (the issue's 2 s: a first line within 2 s of the start).
 QUIET_S = 1.5
@@ -73,6 +73,8 @@ class ProgressBar:
         terminal.
     interval_s : float
         Without a terminal, the least time between two lines about the running task.
+    unit : str
+        What is counted (``tasks``; ``points``, ``cases``).
     clock : callable, optional
         Seconds (``time.perf_counter`` by default; a test passes its own).
 
@@ -88,7 +90,8 @@ class ProgressBar:
 
     def __init__(self, label: str, stream: TextIO | None = None, width: int = 30,
                  columns: int | None = None, *, tty: bool | None = None,
-                 interval_s: float = 10.0, clock: Callable[[], float] | None = None):
+                 interval_s: float = 10.0, unit: str = "tasks",
+                 clock: Callable[[], float] | None = None):
         if not interval_s > 0:
             raise ValueError(f"interval_s: must be > 0 seconds, got {interval_s!r}")
         self.label, self.stream, self.width = label, stream or sys.stderr, width
@@ -97,7 +100,7 @@ class ProgressBar:
                 tty = bool(self.stream.isatty())
             except (AttributeError, ValueError):   # no isatty, or a closed stream
                 tty = False
-        self.tty, self.interval_s = tty, interval_s
+        self.tty, self.interval_s, self.unit = tty, interval_s, unit
         self.columns = columns or max(40, shutil.get_terminal_size().columns - 1)
         self.clock = clock or time.perf_counter
         self.t0 = self.clock()
@@ -141,7 +144,7 @@ class ProgressBar:
         self._last_line = now
         counts = "starting"
         if self._counted:
-            self._last_done, counts = done, f"{done}/{total} tasks"
+            self._last_done, counts = done, f"{done}/{total} {self.unit}"
         self.stream.write(f"{self.label} {counts}, {status}" + (f" | {text}" if text else "")
                           + "\n")
 
@@ -154,6 +157,38 @@ class ProgressBar:
         line = line[:self.columns]
         self.stream.write("\r" + line + " " * max(0, self._shown - len(line)))
         self._shown = len(line)
+
+
+def counted(label: str, unit: str, stream: TextIO | None = None,
+            clock: Callable[[], float] | None = None) -> Callable[[int, int, str], None]:
+    """A ``progress(done, total, what)`` callback over a :class:`ProgressBar` that estimates
+    the time left from the pace so far (elapsed / done x what remains), for a loop whose
+    items cost alike (``validate``'s cases and points); ``total`` None (not known yet)
+    reports only ``what``.
+
+    >>> import io
+    >>> out = io.StringIO()
+    >>> ticks = [0.0] + [0.0] * 3 + [2.0] * 3 + [4.0] * 2   # the start, then each call's reads
+    >>> report = counted("validate", "cases", out, iter(ticks).__next__)
+    >>> report(0, 2, "a"); report(1, 2, "b"); report(2, 2, "")
+    >>> print(out.getvalue(), end="")
+    validate 0/2 cases, 0.0 s
+    validate 1/2 cases, 2.0 s, ~2.0 s left
+    validate 2/2 cases, 4.0 s
+    """
+    clock = clock or time.perf_counter
+    bar = ProgressBar(label, stream=stream, unit=unit, clock=clock)
+    t0 = bar.t0
+
+    def report(done: int, total: int | None, what: str) -> None:
+        if total is None:                   # not counted yet: what it is doing
+            bar.detail(what)
+            return
+        now = clock()
+        bar(done, total, (now - t0) / done * (total - done) if done else None)
+        if what:
+            bar.detail(what)
+    return report
 
 
 class Watch:

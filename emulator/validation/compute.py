@@ -18,7 +18,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from emulator.compute import device as device_named, precision as precision_named, step_times
-from emulator.errors import TraceError
+from emulator.errors import ConfigError, TraceError
 from emulator._checks import is_int, is_number
 
 FORMAT = "qsgd-published-compute"
@@ -142,8 +142,10 @@ def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
             "step_s": t.step_s, "host_bound_s": t.host_bound_s, "source": case.source}
 
 
-def validate_compute(path=None, *, ids=None) -> dict:
+def validate_compute(path=None, *, ids=None, progress=None) -> dict:
     """Every case of ``path`` (default: the project's) predicted; a summary of the errors.
+    ``progress(done, total, case id)``, when given, is called before the first case and after
+    each (the command's progress lines).
 
     Returns
     -------
@@ -151,9 +153,21 @@ def validate_compute(path=None, *, ids=None) -> dict:
         ``{"rows": [predict_case(...), ...], "median_abs_error", "max_abs_error",
         "within_10": count, "within_25": count}``.
     """
-    cases = [c for c in load_cases(path) if ids is None or c.id in ids]
+    every = load_cases(path)
+    if ids is not None:
+        unknown = set(ids) - {c.id for c in every}
+        if unknown:
+            raise ConfigError(f"ids: {sorted(unknown)} are not cases of the compute validation "
+                              f"(qsgd-emu validate compute --json lists them)")
+    cases = [c for c in every if ids is None or c.id in ids]
     cache: dict = {}
-    rows = [predict_case(c, cache=cache) for c in cases]
+    rows = []
+    for i, c in enumerate(cases):
+        if progress is not None:
+            progress(i, len(cases), c.id)
+        rows.append(predict_case(c, cache=cache))
+    if progress is not None:
+        progress(len(cases), len(cases), "")
     errs = [abs(r["error"]) for r in rows]
     return {"rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
             "max_abs_error": max(errs) if errs else None,

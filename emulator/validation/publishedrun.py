@@ -245,9 +245,12 @@ def given_compute_rows(rows: list[dict]) -> list[dict]:
 
 
 def validate_published(directory=None, *, ids=None, max_world_size: int | None = None,
-                       diagnose: bool = True) -> dict:
+                       diagnose: bool = True, progress=None) -> dict:
     """Every registry point predicted (module docstring); ``ids`` picks files,
     ``max_world_size`` leaves out larger points (the tests' small sizes).
+    ``progress(points done, points, file id)``, when given, is called before the first file
+    and after each (the command's progress lines), and with points None while the registry
+    is read.
 
     Returns
     -------
@@ -267,6 +270,8 @@ def validate_published(directory=None, *, ids=None, max_world_size: int | None =
     """
     from .published import replace_points
 
+    if progress is not None:
+        progress(0, None, "reading the registry")
     runs = load_registry(directory)
     by_id = {r.id: r for r in runs}
     if ids is not None:
@@ -274,7 +279,7 @@ def validate_published(directory=None, *, ids=None, max_world_size: int | None =
         if unknown:
             raise ConfigError(f"ids: {sorted(unknown)} are not registry files ({sorted(by_id)})")
     cache = _Cache()
-    rows = []
+    todo = []
     for run in runs:
         if ids is not None and run.id not in ids:
             continue
@@ -282,8 +287,16 @@ def validate_published(directory=None, *, ids=None, max_world_size: int | None =
             run = replace_points(run, [p for p in run.points if p.world_size <= max_world_size])
             if not run.points:
                 continue
+        todo.append(run)
+    total = sum(len(run.points) for run in todo)
+    rows = []
+    for run in todo:
+        if progress is not None:
+            progress(len(rows), total, run.id)
         rows += predict_run(run, reference=by_id.get(run.reference_run), cache=cache,
                             diagnose=diagnose)
+    if progress is not None:
+        progress(len(rows), total, "")
     trusted = [r for r in rows if not r["doubtful"]]
     out = {"format": "qsgd-published-validation", "version": 1, "rows": rows,
            "summary": summarize(rows), "summary_trusted": summarize(trusted),

@@ -36,6 +36,7 @@ import os
 import sys
 
 from qsgd_emu.outputs import output_dir, output_file
+from qsgd_emu.progress import counted
 
 
 
@@ -367,7 +368,8 @@ def _compare(args) -> int:
 def _compute(args) -> int:
     from emulator.validation import validate_compute
 
-    out = validate_compute(args.cases, ids=set(args.ids.split(",")) if args.ids else None)
+    out = validate_compute(args.cases, ids=set(args.ids.split(",")) if args.ids else None,
+                           progress=counted("validate compute", "cases"))
     if args.out:
         os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
         with open(args.out, "w", encoding="utf-8") as fh:
@@ -396,7 +398,7 @@ def _published(args) -> int:
         raise ValueError(f"--max-world-size must be >= 1, got {args.max_world_size}")
     ids = {i.strip() for i in args.ids.split(",") if i.strip()} if args.ids else None
     out = validate_published(args.registry, ids=ids, max_world_size=args.max_world_size,
-                             diagnose=args.diagnose)
+                             diagnose=args.diagnose, progress=counted("validate published", "points"))
     os.makedirs(args.out, exist_ok=True)
     json_path = os.path.join(args.out, "published.json")
     html_path = os.path.join(args.out, "published.html")

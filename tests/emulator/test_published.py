@@ -238,8 +238,14 @@ def test_the_command_prints_the_table_and_writes_json_and_html(tmp_path, capsys)
     out = tmp_path / "pub"
     assert main(["validate", "published", "--ids", "grace-resnet50-tf-v100-10g-nccl",
                  "--max-world-size", "2", "--no-diagnose", "--out", str(out)]) == 0
-    text = capsys.readouterr().out
+    cap = capsys.readouterr()
+    text = cap.out
     assert "powersgd_mem" in text and "speedup within 0.1x" in text
+    # never a silent wait: a line on stderr before the registry is read, one per file, the last
+    # with every point (lines, not redraws: stderr is not a terminal here)
+    lines = cap.err.splitlines()
+    assert lines[0].startswith("validate published starting") and "\r" not in cap.err
+    assert lines[-1].startswith("validate published 3/3 points")
     doc = json.loads((out / "published.json").read_text())
     assert doc["format"] == "qsgd-published-validation" and len(doc["rows"]) == 3
     assert "<table>" in (out / "published.html").read_text()
