@@ -93,6 +93,7 @@ class NcclSystem:
     _lat: dict = field(default_factory=dict, repr=False, compare=False)
     #: node -> (its machine's description, the machine's nodes, its position among them)
     _place: dict = field(default_factory=dict, repr=False, compare=False)
+    #: per kind of machine (by identity: one object per kind in :attr:`_place`)
     _templates: dict = field(default_factory=dict, repr=False, compare=False)
     _channel_ids: dict = field(default_factory=dict, repr=False, compare=False)
     _flowless: dict = field(default_factory=dict, repr=False, compare=False)
@@ -161,12 +162,16 @@ class NcclSystem:
         intra_hw = "nvlink"
         nvswitch = True
         place = {}
+        # One object per kind of machine: the templates key on its identity (a description
+        # is a long tuple; hashing it per hop cost seconds on 8,192 GPUs).
+        interned: dict = {}
         for grp, fact in zip(groups, facts):
             near.update(fact.near)
             lat.update(fact.latency)
             if fact.kind is not None:
+                kind = interned.setdefault(fact.kind, fact.kind)
                 for k, n in enumerate(fact.nodes):
-                    place[n] = (fact.kind, fact.nodes, k)
+                    place[n] = (kind, fact.nodes, k)
             if len(grp) < 2:
                 continue
             if not fact.nvlink:
@@ -431,15 +436,15 @@ class NcclSystem:
         pa, pb = self._place.get(stops[0]), self._place.get(stops[1])
         if pa is None or pb is None or pa[1] is not pb[1]:
             return None
-        table = self._templates.get(("hop", pa[0]))
+        table = self._templates.get(("hop", id(pa[0])))
         if table is None:
-            table = self._templates[("hop", pa[0])] = {}
+            table = self._templates[("hop", id(pa[0]))] = {}
         key = (pa[2], pb[2])
         tmpl = table.get(key, False)
         if tmpl is False:
             leg = self._in_machine(*stops)
             tmpl = table[key] = None if leg is None else (
-                self._templates[pa[0]][1][key][0],
+                self._templates[id(pa[0])][1][key][0],
                 self._hop_of([leg]))
         if tmpl is None:
             return None
@@ -447,6 +452,25 @@ class NcclSystem:
         h = tmpl[1]
         chans = tuple((nodes[u], nodes[v]) for u, v in tmpl[0])
         return Hop(chans, h.latency, h.raw, h.usable, h.net, h.bandwidths, self._ids(chans))
+
+    def place(self, node):
+        """``(machine description, the machine's nodes, position)`` of ``node`` when its
+        machine's facts come from its kind's template (:mod:`.hosts`), else None."""
+        return self._place.get(node)
+
+    def hop_template(self, a, b):
+        """``(channels by position, Hop)`` when :meth:`hop` of ``(a, b)`` (two nodes of one
+        machine) comes from its kind's template: the same facts on every copy of the
+        machine, its channels ``(nodes[u], nodes[v])`` for the positions ``(u, v)``; else
+        None. :mod:`.hoptable` times hundreds of thousands of hops per template."""
+        if self._machine_hop((a, b)) is None:
+            return None
+        pa, pb = self._place[a], self._place[b]
+        return self._templates[("hop", id(pa[0]))][(pa[2], pb[2])]
+
+    def channel_ids(self, chans: tuple) -> tuple:
+        """Numbers of directed channels ``(u, v)`` (:meth:`_ids`)."""
+        return self._ids(chans)
 
     def _hop(self, stops: tuple, flow: int) -> "Hop":
         h = self._hop_of([self.leg(a, b, flow) for a, b in zip(stops, stops[1:])])
@@ -496,7 +520,7 @@ class NcclSystem:
         pa, pb = self._place.get(a), self._place.get(b)
         if pa is None or pb is None or pa[1] is not pb[1] or a == b:
             return None
-        kind, nodes = pa[0], pa[1]
+        kind, nodes = id(pa[0]), pa[1]
         table = self._templates.get(kind)
         if table is None:
             table = self._templates[kind] = (topologies_local_routes(self.G, nodes), {})

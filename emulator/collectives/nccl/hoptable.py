@@ -1,0 +1,149 @@
+"""Many hops' path facts as arrays, made once per kind of machine, and their shared rates.
+
+NCCL's trees on 8,192 GPUs have 262,000 hops (16 trees, two directions), 229,000 of them
+between two GPUs of one machine; their facts (latency, bottleneck, wire scale, channels by
+position) are the same on every copy of a machine (:meth:`.NcclSystem.hop_template`), so a
+:class:`HopTable` takes them per kind of machine and position pair and maps the channels
+onto each copy in bulk; other hops (across the fabric) come from :meth:`.NcclSystem.hop`
+one by one. :func:`shared_rates` is :func:`.cost.shared_rates` over a table, optionally per
+group of hops (the tree's first chunk shares links level by level). The facts are those of
+:meth:`.NcclSystem.hop` hop for hop, so every time computed from them is the same.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .system import NcclSystem
+
+__all__ = ["HopTable", "hop_table", "shared_rates"]
+
+
+@dataclass(frozen=True)
+class HopTable:
+    """Per hop: ``latency`` (s), line-rate ``raw`` and ``usable`` bottleneck (bytes/s),
+    ``net`` (crosses a network link), ``lens`` (its channels); flat over the hops in order:
+    ``ids`` (channel numbers, :meth:`.NcclSystem.channel_ids`) and ``bandwidths``."""
+
+    latency: np.ndarray
+    raw: np.ndarray
+    usable: np.ndarray
+    net: np.ndarray
+    lens: np.ndarray
+    ids: np.ndarray
+    bandwidths: np.ndarray
+
+    @property
+    def inflation(self) -> np.ndarray:
+        """Wire bytes per payload byte (:attr:`.Hop.inflation`, hop by hop)."""
+        return self.raw / self.usable
+
+    def __len__(self) -> int:
+        return len(self.latency)
+
+
+def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
+    """:meth:`.NcclSystem.hop` of every ``stops[i]`` with ``flows[i]``, as a :class:`HopTable`.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_h100x2"), range(16))
+    >>> st = [(s.gpu(0), s.gpu(1)), (s.gpu(9), s.gpu(8)), (s.gpu(0), s.gpu(8))]
+    >>> t = hop_table(s, st, [0, 0, 0])
+    >>> t.latency.tolist() == [s.hop(x).latency for x in st], t.net.tolist()
+    (True, [False, False, True])
+    """
+    n = len(stops)
+    lat, raw, use = np.empty(n), np.empty(n), np.empty(n)
+    net = np.zeros(n, dtype=bool)
+    lens = np.zeros(n, dtype=np.int64)
+    place = system.place
+    # (kind, position, position) -> (hops, their machines, one); a kind by identity: its
+    # description is a long tuple, too dear to hash per hop (equal copies: more classes)
+    classes: dict = {}
+    generic = []
+    for i, st in enumerate(stops):
+        if len(st) == 2:
+            pa, pb = place(st[0]), place(st[1])
+            if pa is not None and pb is not None and pa[1] is pb[1]:
+                key = (id(pa[0]), pa[2], pb[2])
+                c = classes.get(key)
+                if c is None:
+                    c = classes[key] = ([], [], st)
+                c[0].append(i)
+                c[1].append(pa[1])
+                continue
+        generic.append(i)
+    filled = []                 # (hops, channel numbers per hop (k, L), bandwidths (L,))
+    for idx, machines, rep in classes.values():
+        tmpl = system.hop_template(*rep)
+        if tmpl is None:
+            generic.extend(idx)
+            continue
+        pairs, h = tmpl
+        idx = np.asarray(idx, dtype=np.int64)
+        lat[idx], raw[idx], use[idx], net[idx] = h.latency, h.raw, h.usable, h.net
+        lens[idx] = len(pairs)
+        rows: dict = {}         # machine (by identity) -> row of its channel numbers
+        table = []
+        which = np.empty(len(idx), dtype=np.int64)
+        for k, nodes in enumerate(machines):
+            r = rows.get(id(nodes))
+            if r is None:
+                r = rows[id(nodes)] = len(table)
+                table.append(system.channel_ids(tuple((nodes[u], nodes[v]) for u, v in pairs)))
+            which[k] = r
+        filled.append((idx, np.asarray(table, dtype=np.int64).reshape(-1, len(pairs))[which],
+                       np.asarray(h.bandwidths, dtype=float)))
+    hops = []
+    for i in generic:
+        h = system.hop(stops[i], flows[i])
+        lat[i], raw[i], use[i], net[i] = h.latency, h.raw, h.usable, h.net
+        lens[i] = len(h.ids)
+        hops.append(h)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+    ids = np.empty(int(lens.sum()), dtype=np.int64)
+    bws = np.empty(len(ids))
+    for idx, chans, bw in filled:
+        at = starts[idx][:, None] + np.arange(chans.shape[1])
+        ids[at] = chans
+        bws[at] = bw
+    for i, h in zip(generic, hops):
+        ids[starts[i]:starts[i] + lens[i]] = h.ids
+        bws[starts[i]:starts[i] + lens[i]] = h.bandwidths
+    return HopTable(lat, raw, use, net, lens, ids, bws)
+
+
+def shared_rates(tables: list, groups: list | None = None) -> list:
+    """Bytes/s of each hop of ``tables`` when all hops of a group run at once: per hop the
+    least of its channels' bandwidth over the hops of its group crossing the channel
+    (:func:`.cost.shared_rates`, the same divisions and minima). ``groups`` gives each table
+    a label per hop (None: every hop of every table in one group). One array per table.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_h100x2"), range(16))
+    >>> t = hop_table(s, [(s.gpu(0), s.gpu(8)), (s.gpu(8), s.gpu(0))], [0, 0])
+    >>> [r.tolist() == [s.hop((s.gpu(0), s.gpu(8))).raw] * 2 for r in shared_rates([t])]
+    [True]
+    """
+    lens = np.concatenate([t.lens for t in tables])
+    ids = np.concatenate([t.ids for t in tables])
+    if not len(lens):
+        return [np.empty(0) for _ in tables]
+    if (lens == 0).any():
+        raise ValueError("a hop without channels has no shared rate")
+    bws = np.concatenate([t.bandwidths for t in tables])
+    key = ids
+    if groups is not None:
+        g = np.repeat(np.concatenate([np.asarray(x, dtype=np.int64) for x in groups]), lens)
+        g = np.unique(g, return_inverse=True)[1].ravel()
+        key = g * (int(ids.max()) + 1) + ids
+    key = np.unique(key, return_inverse=True)[1].ravel()
+    share = bws / np.bincount(key)[key]
+    rates = np.minimum.reduceat(share, np.concatenate(([0], np.cumsum(lens)[:-1])))
+    cut = np.cumsum([len(t) for t in tables])[:-1]
+    return np.split(rates, cut)
