@@ -158,3 +158,24 @@ def test_tree_times_equal_the_base_commit_on_a_rail_cluster():
     got = [plan(G, "allreduce", n, algo="Tree", proto=p, system=s).predicted_s
            for n in (1 << 20, 1 << 30) for p in ("LL", "Simple")]
     assert got == pytest.approx(BASE_TREE_S, rel=1e-12)
+
+
+@pytest.mark.parametrize("spec", SPECS)
+def test_ring_hops_equal_the_hop_by_hop_ones(spec):
+    """cost._ring_hops through the hop table: 3024f5c's arrays, one Hop per ring hop."""
+    from emulator.collectives.nccl.cost import _ring_hops
+
+    G = topologies.from_spec(spec)
+    n = len(topologies.gpus(G))
+    s = NcclSystem.of(G, range(n))
+    rings = channel_rings(s)
+    ref = NcclSystem._analyse(G, tuple(range(n)))
+    hops = [[ref.hop(st, rg.flow) for st in rg.stops] for rg in rings]
+    rates = shared_rates(ref, [h for hs in hops for h in hs])
+    k = 0
+    for hs, got in zip(hops, _ring_hops(s, rings)):
+        want = (np.array([h.latency for h in hs]), np.array([h.inflation for h in hs]),
+                np.array([h.net for h in hs], dtype=bool), np.array(rates[k:k + len(hs)]))
+        k += len(hs)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.tolist() == b.tolist()

@@ -21,6 +21,7 @@ from . import constants as C
 from . import pipeline
 from .builders import RING_OPS, _chunks, hop_latency
 from .system import NcclSystem
+from .hoptable import hop_table, shared_rates as hoptable_rates
 from .treehops import tree_arrays
 
 
@@ -102,13 +103,16 @@ def _ring_hops(system: NcclSystem, rings: list) -> list:
 
 
 def _make_ring_hops(system: NcclSystem, rings: list) -> list:
-    hops = [[system.hop(st, rg.flow) for st in rg.stops] for rg in rings]
-    rates = shared_rates(system, [h for hs in hops for h in hs])
+    stops = [st for rg in rings for st in rg.stops]
+    flows = [rg.flow for rg in rings for _ in rg.stops]
+    t = hop_table(system, stops, flows)
+    rates, = hoptable_rates([t])
+    infl = t.inflation
     out, k = [], 0
-    for hs in hops:
-        out.append((np.array([h.latency for h in hs]), np.array([h.inflation for h in hs]),
-                    np.array([h.net for h in hs], dtype=bool), np.array(rates[k:k + len(hs)])))
-        k += len(hs)
+    for rg in rings:
+        e = k + len(rg.stops)
+        out.append((t.latency[k:e], infl[k:e], t.net[k:e], rates[k:e]))
+        k = e
     return out
 
 
