@@ -196,15 +196,14 @@ class Router:
         fab = self._fabric_of(i, j)
         if fab is not None:                    # a NIC-to-NIC route (topologies.fabric)
             fr, (la, lb, dest) = fab
-            up_i, up_j = [i], [j]
-            dag, start, end = _FabricDag(fr, dest), la, lb
-            head, tail = [i], [j]
-        else:
-            up_i, up_j = self._chain(i), self._chain(j)
-            if up_i[-1] == up_j[-1]:
-                return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
-            dag, start, end = self._dag(up_i[-1], up_j[-1]), up_i[-1], up_j[-1]
-            head, tail = up_i[:-1], up_j[:-1][::-1]
+            names = self._names
+            out = [tuple(names[x] for x in (i, *mid, j)) for mid in fr.walks(la, lb, dest, limit)]
+            return sorted(out, key=lambda p: [str(x) for x in p])
+        up_i, up_j = self._chain(i), self._chain(j)
+        if up_i[-1] == up_j[-1]:
+            return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
+        dag, start, end = self._dag(up_i[-1], up_j[-1]), up_i[-1], up_j[-1]
+        head, tail = up_i[:-1], up_j[:-1][::-1]
         out: list[tuple] = []
 
         def walk(u, acc):
@@ -573,18 +572,6 @@ class Router:
 #: next hops from the balls rather than by scanning every link (a spine of a 65,536-GPU
 #: fabric has 2,048).
 _WIDE = 16
-
-
-class _FabricDag:
-    """A destination leaf's fabric table walked as a :class:`_Dag`."""
-
-    __slots__ = ("fr", "dest")
-
-    def __init__(self, fr, dest):
-        self.fr, self.dest = fr, dest
-
-    def next(self, u: int) -> tuple:
-        return self.fr.next_hops(u, self.dest)
 
 
 class _Dag:
