@@ -219,6 +219,18 @@ class Router:
         walk(start, [start])
         return sorted(out, key=lambda p: [str(x) for x in p])
 
+    def prove_routes(self, pairs) -> None:
+        """Settle whether the fabric's tables route each ``(src, dst)`` node pair of
+        different machines (:meth:`topologies.fabric.FabricRoutes.prove`), all at once: a
+        caller about to route thousands of NIC pairs (NCCL's trees) saves the proof's
+        per-pair overhead. The routes are the same with or without it."""
+        idx, host = self._index, self._host
+        ij = [(idx[a], idx[b]) for a, b in pairs]
+        ij = [(i, j) for i, j in ij if host[i] is not None and host[j] is not None
+              and host[i] != host[j]]
+        if ij and self._fabric_routes().ok:
+            self._fabric.prove(ij)
+
     # -- internals --------------------------------------------------------------------------
     def _link(self, i: int, j: int):
         """``[i, j]`` when a link joins them and every other route is dearer: any other route
@@ -287,15 +299,19 @@ class Router:
         their leaves (:mod:`topologies.fabric`); else None."""
         if self._host[i] is None or self._host[j] is None or self._host[i] == self._host[j]:
             return None
-        fr = self._fabric
-        if fr is None:
-            from .fabric import FabricRoutes
-
-            fr = self._fabric = FabricRoutes(self)
+        fr = self._fabric_routes()
         if not fr.ok:
             return None
         got = fr.route(i, j)
         return None if got is None else (fr, got)
+
+    def _fabric_routes(self):
+        """The graph's :class:`topologies.fabric.FabricRoutes`, made on first use."""
+        if self._fabric is None:
+            from .fabric import FabricRoutes
+
+            self._fabric = FabricRoutes(self)
+        return self._fabric
 
     def _via_fabric(self, i: int, j: int, salt: str):
         """The route from machine node ``i`` to a node ``j`` of another machine through the

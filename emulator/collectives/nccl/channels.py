@@ -222,12 +222,14 @@ def _balance(system: NcclSystem, rings: list) -> list:
     load: dict = {}
     out = []
     kind = system.G.nodes
-    for rg in rings:
+    legs = [[next((i for i in range(len(st) - 1) if kind[st[i]].get("kind") == "nic"
+                   and kind[st[i + 1]].get("kind") == "nic"), None) for st in rg.stops]
+            for rg in rings]
+    router.prove_routes([st[k:k + 2] for rg, ks in zip(rings, legs)
+                         for st, k in zip(rg.stops, ks) if k is not None])
+    for rg, ks in zip(rings, legs):
         stops = []
-        for st in rg.stops:
-            k = next((i for i in range(len(st) - 1)
-                      if kind[st[i]].get("kind") == "nic" and kind[st[i + 1]].get("kind") == "nic"),
-                     None)
+        for st, k in zip(rg.stops, ks):
             if k is not None:
                 paths = router.equal_cost_paths(st[k], st[k + 1], limit=256)
                 if len(paths) > 1:

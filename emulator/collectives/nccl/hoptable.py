@@ -97,6 +97,9 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
             which[k] = r
         filled.append((idx, np.asarray(table, dtype=np.int64).reshape(-1, len(pairs))[which],
                        np.asarray(h.bandwidths, dtype=float)))
+    # the fabric proves NIC-to-NIC legs in bulk (topologies.Router.prove_routes)
+    system.router.prove_routes([leg for i in generic if len(stops[i]) > 2
+                                for leg in zip(stops[i], stops[i][1:])])
     hops = []
     for i in generic:
         h = system.hop(stops[i], flows[i])
