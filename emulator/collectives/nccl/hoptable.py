@@ -59,9 +59,10 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
     lat, raw, use = np.empty(n), np.empty(n), np.empty(n)
     net = np.zeros(n, dtype=bool)
     lens = np.zeros(n, dtype=np.int64)
-    place = system.place
-    # (kind, position, position) -> (hops, their machines, one); a kind by identity: its
-    # description is a long tuple, too dear to hash per hop (equal copies: more classes)
+    # node -> (kind, the machine's nodes, position): the system's own table, read per hop
+    place = system._place.get
+    # (kind, position, position) -> (hops, their machines, one); a kind and a machine by
+    # identity: a kind's description is a long tuple, too dear to hash per hop
     classes: dict = {}
     generic = []
     for i, st in enumerate(stops):
@@ -73,11 +74,11 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
                 if c is None:
                     c = classes[key] = ([], [], st)
                 c[0].append(i)
-                c[1].append(pa[1])
+                c[1].append(id(pa[1]))
                 continue
         generic.append(i)
     filled = []                 # (hops, channel numbers per hop (k, L), bandwidths (L,))
-    for idx, machines, rep in classes.values():
+    for key, (idx, machines, rep) in classes.items():
         tmpl = system.hop_template(*rep)
         if tmpl is None:
             generic.extend(idx)
@@ -86,15 +87,8 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
         idx = np.asarray(idx, dtype=np.int64)
         lat[idx], raw[idx], use[idx], net[idx] = h.latency, h.raw, h.usable, h.net
         lens[idx] = len(pairs)
-        rows: dict = {}         # machine (by identity) -> row of its channel numbers
-        table = []
-        which = np.empty(len(idx), dtype=np.int64)
-        for k, nodes in enumerate(machines):
-            r = rows.get(id(nodes))
-            if r is None:
-                r = rows[id(nodes)] = len(table)
-                table.append(system.channel_ids(tuple((nodes[u], nodes[v]) for u, v in pairs)))
-            which[k] = r
+        uniq, which = np.unique(np.asarray(machines, dtype=np.int64), return_inverse=True)
+        table = [_channel_row(system, key, pairs, m) for m in uniq.tolist()]
         filled.append((idx, np.asarray(table, dtype=np.int64).reshape(-1, len(pairs))[which],
                        np.asarray(h.bandwidths, dtype=float)))
     # the fabric proves NIC-to-NIC legs in bulk (topologies.Router.prove_routes)
@@ -117,6 +111,22 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
         ids[starts[i]:starts[i] + lens[i]] = h.ids
         bws[starts[i]:starts[i] + lens[i]] = h.bandwidths
     return HopTable(lat, raw, use, net, lens, ids, bws)
+
+
+def _channel_row(system: NcclSystem, key: tuple, pairs: tuple, machine: int) -> tuple:
+    """Channel numbers of the template hop ``key`` (kind, positions) on the machine whose
+    nodes tuple has identity ``machine``: its channels by position ``pairs`` mapped onto
+    that machine's nodes; kept with the system (trees and rings cross the same ones)."""
+    memo = system.memo.get("hop_rows")
+    if memo is None:
+        memo = system.memo["hop_rows"] = ({id(p[1]): p[1] for p in system._place.values()}, {})
+    nodes_of, rows = memo
+    hit = rows.get((key, machine))
+    if hit is None:
+        nodes = nodes_of[machine]
+        hit = rows[(key, machine)] = system.channel_ids(tuple((nodes[u], nodes[v])
+                                                              for u, v in pairs))
+    return hit
 
 
 def shared_rates(tables: list, groups: list | None = None) -> list:

@@ -99,6 +99,8 @@ class NcclSystem:
     _flowless: dict = field(default_factory=dict, repr=False, compare=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
     _legs: dict = field(default_factory=dict, repr=False, compare=False)
+    #: directed link -> (bandwidth, latency, usable bandwidth, network link) for :meth:`_leg`
+    _link_facts: dict = field(default_factory=dict, repr=False, compare=False)
     #: derived facts the builders and the cost model reuse across collectives (keyed by kind)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -506,11 +508,18 @@ class NcclSystem:
         return hit
 
     def _leg(self, c: tuple) -> tuple:
-        data = [self.G.edges[u, v] for u, v in c]
-        bws = tuple(d["bandwidth"] for d in data)
-        return (c, sum(d["latency"] for d in data), bws,
-                tuple(bw * self.usable_fraction(d) for bw, d in zip(bws, data)),
-                any(_link_class(d) not in INTRA_CLASSES for d in data))
+        facts = self._link_facts
+        rows = []
+        for e in c:
+            f = facts.get(e)
+            if f is None:                   # a fabric link: thousands of legs cross it
+                d = self.G.edges[e]
+                f = facts[e] = (d["bandwidth"], d["latency"],
+                                d["bandwidth"] * self.usable_fraction(d),
+                                _link_class(d) not in INTRA_CLASSES)
+            rows.append(f)
+        return (c, sum(f[1] for f in rows), tuple(f[0] for f in rows),
+                tuple(f[2] for f in rows), any(f[3] for f in rows))
 
     def _in_machine(self, a, b):
         """:meth:`leg` of two nodes of one machine from its kind's template, found once per
