@@ -237,8 +237,8 @@ class FabricRoutes:
         if hit is None:
             r = self.router
             h = r._host[a]
-            desc, pos = self._kind(h)
-            dist = r._host_kinds[desc][0].dist[pos[a]]
+            pos, local, _ = r._host_routes(h)
+            dist = local.dist[pos[a]]
             rows = []
             for x in self._machines()[h]:
                 dx = dist[pos[x]]

@@ -102,6 +102,7 @@ class Router:
         self._hosts = None                          # host -> its node ids (built on demand)
         self._host_kinds: dict = {}                 # machine description -> its routes
         self._host_kind: dict = {}                  # host -> (description, positions)
+        self._host_local: dict = {}                 # host -> (positions, its kind's routes)
         self._fabric = None                         # topologies.fabric.FabricRoutes, on demand
         self._cheapest = None                       # per node its two cheapest link costs
         # Sorted by neighbour id: routes must not depend on the order edges were added.
@@ -269,11 +270,7 @@ class Router:
         cluster's 1,024 copies of one machine then cost one small search per pair of
         positions instead of a search of the graph per pair of nodes."""
         h = self._host[i]
-        kind = self._host_kind.get(h)
-        if kind is None:
-            kind = self._host_kind[h] = self._describe_host(h)
-        desc, pos = kind
-        local, paths = self._host_kinds[desc]
+        pos, local, paths = self._host_routes(h)
         key = (pos[i], pos[j])
         hit = paths.get(key, False)
         if hit is False:
@@ -292,6 +289,18 @@ class Router:
             u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[nodes[u]]) % len(nxt)]
             seq.append(nodes[u])
         return seq
+
+    def _host_routes(self, h) -> tuple:
+        """``(node -> position, LocalRoutes, routes by position pair)`` of machine ``h``,
+        kept per host: its kind's are kept per description, a long tuple whose hash every
+        dict lookup works out again (the engine asks 70,000 pairs)."""
+        hit = self._host_local.get(h)
+        if hit is None:
+            kind = self._host_kind.get(h)
+            if kind is None:
+                kind = self._host_kind[h] = self._describe_host(h)
+            hit = self._host_local[h] = (kind[1], *self._host_kinds[kind[0]])
+        return hit
 
     def _fabric_of(self, i: int, j: int):
         """``(FabricRoutes, (leaf of i, leaf of j, table))`` when every shortest route from
