@@ -158,8 +158,9 @@ def _intra_order(system: NcclSystem, grp, a: int, b: int) -> list:
     others in rank order, b."""
     if a == b:
         return [a]
-    lanes = _mesh_edges(system, grp)
-    if lanes and not system.nvswitch:
+    # an NVSwitch machine needs no mesh (8,192 GPUs: 8,192 machine-channel pairs skip it)
+    lanes = {} if system.nvswitch else _mesh_edges(system, grp)
+    if lanes:
         path = _ham_path(grp, lanes, a, b)
         if path is not None:
             return path

@@ -99,6 +99,8 @@ class NcclSystem:
     _flowless: dict = field(default_factory=dict, repr=False, compare=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
     _legs: dict = field(default_factory=dict, repr=False, compare=False)
+    #: (node, node) -> :meth:`_in_machine` of the pair (None: not from a template)
+    _inside: dict = field(default_factory=dict, repr=False, compare=False)
     #: directed link -> (bandwidth, latency, usable bandwidth, network link) for :meth:`_leg`
     _link_facts: dict = field(default_factory=dict, repr=False, compare=False)
     #: derived facts the builders and the cost model reuse across collectives (keyed by kind)
@@ -503,8 +505,10 @@ class NcclSystem:
         key = (a, b, flow)
         hit = self._legs.get(key)
         if hit is None:
-            hit = self._legs[key] = self._in_machine(a, b) or self._leg(
-                tuple(self._router.channels(a, b, flow)))
+            inside = self._inside.get((a, b), False)    # inside a machine: any flow's
+            if inside is False:
+                inside = self._inside[(a, b)] = self._in_machine(a, b)
+            hit = self._legs[key] = inside or self._leg(tuple(self._router.channels(a, b, flow)))
         return hit
 
     def _leg(self, c: tuple) -> tuple:
