@@ -104,7 +104,7 @@ class Router:
         self._host_kind: dict = {}                  # host -> (description, positions)
         self._host_local: dict = {}                 # host -> (positions, its kind's routes)
         self._fabric = None                         # topologies.fabric.FabricRoutes, on demand
-        self._cheapest = None                       # per node its two cheapest link costs
+        self._cheapest: dict = {}                   # node -> its two cheapest link costs
         # Sorted by neighbour id: routes must not depend on the order edges were added.
         self._adj = [sorted(lst, key=lambda t: label[t[0]]) for lst in adj]
         self._parent, core = self._peel(self._adj)
@@ -169,7 +169,7 @@ class Router:
         if seq is None:
             seq = self._route(i, j, salt)
         names = self._names
-        result = tuple(names[x] for x in seq)
+        result = tuple([names[x] for x in seq])
         self._paths[key] = result
         if len(self._paths) > self._max_paths:
             self._paths.popitem(last=False)
@@ -248,11 +248,11 @@ class Router:
         if c is None:
             return None
         cheap = self._cheapest
-        if cheap is None:
-            cheap = self._cheapest = [sorted(c for _, c in lst)[:2] for lst in self._adj]
 
         def other(k, cost):          # the cheapest of k's links but (one of) this one
-            two = cheap[k]
+            two = cheap.get(k)
+            if two is None:          # per node asked (a cluster has 10**5 nodes)
+                two = cheap[k] = sorted(c for _, c in self._adj[k])[:2]
             return two[1] if two[0] == cost and len(two) > 1 else (two[0] if two[0] != cost else None)
 
         oi, oj = other(i, c), other(j, c)
