@@ -59,13 +59,17 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
     lat, raw, use = np.empty(n), np.empty(n), np.empty(n)
     net = np.zeros(n, dtype=bool)
     lens = np.zeros(n, dtype=np.int64)
-    # node -> (kind, the machine's nodes, position): the system's own table, read per hop
+    # node -> (kind, the machine's nodes, position): the system's own table
     place = system._place.get
-    # (kind, position, position) -> (hops, their machines, one); a kind and a machine by
-    # identity: a kind's description is a long tuple, too dear to hash per hop
+    # Stops recur (a machine's chain in every channel's tree, both ways round a ring):
+    # each distinct sequence is classified once, its hops found through ``inv``.
+    first: dict = {}
+    inv = np.fromiter((first.setdefault(st, len(first)) for st in stops), dtype=np.int64,
+                      count=n)
+    # (kind, position, position) -> (distinct stops, their machines, one); a kind and a
+    # machine by identity: a kind's description is a long tuple, too dear to hash per hop
     classes: dict = {}
-    generic = []
-    for i, st in enumerate(stops):
+    for u, st in enumerate(first):
         if len(st) == 2:
             pa, pb = place(st[0]), place(st[1])
             if pa is not None and pb is not None and pa[1] is pb[1]:
@@ -73,24 +77,29 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
                 c = classes.get(key)
                 if c is None:
                     c = classes[key] = ([], [], st)
-                c[0].append(i)
+                c[0].append(u)
                 c[1].append(id(pa[1]))
-                continue
-        generic.append(i)
-    filled = []                 # (hops, channel numbers per hop (k, L), bandwidths (L,))
-    for key, (idx, machines, rep) in classes.items():
+    cls = np.full(len(first), -1, dtype=np.int64)      # class of each distinct stops
+    row = np.zeros(len(first), dtype=np.int64)         # its row among the class's
+    made = []                   # per class: (Hop, channel numbers per distinct stops (k, L))
+    for key, (us, machines, rep) in classes.items():
         tmpl = system.hop_template(*rep)
-        if tmpl is None:
-            generic.extend(idx)
+        if tmpl is None:        # no template: hop by hop, as the others
             continue
         pairs, h = tmpl
-        idx = np.asarray(idx, dtype=np.int64)
-        lat[idx], raw[idx], use[idx], net[idx] = h.latency, h.raw, h.usable, h.net
-        lens[idx] = len(pairs)
+        us = np.asarray(us, dtype=np.int64)
+        cls[us], row[us] = len(made), np.arange(len(us))
         uniq, which = np.unique(np.asarray(machines, dtype=np.int64), return_inverse=True)
         table = [_channel_row(system, key, pairs, m) for m in uniq.tolist()]
-        filled.append((idx, np.asarray(table, dtype=np.int64).reshape(-1, len(pairs))[which],
-                       np.asarray(h.bandwidths, dtype=float)))
+        made.append((h, np.asarray(table, dtype=np.int64).reshape(-1, len(pairs))[which]))
+    of_hop = cls[inv]
+    generic = np.flatnonzero(of_hop < 0).tolist()
+    filled = []                 # (hops, channel numbers per hop (k, L), bandwidths (L,))
+    for k, (h, chans) in enumerate(made):
+        idx = np.flatnonzero(of_hop == k)
+        lat[idx], raw[idx], use[idx], net[idx] = h.latency, h.raw, h.usable, h.net
+        lens[idx] = chans.shape[1]
+        filled.append((idx, chans[row[inv[idx]]], np.asarray(h.bandwidths, dtype=float)))
     # the fabric proves NIC-to-NIC legs in bulk (topologies.Router.prove_routes)
     system.router.prove_routes([leg for i in generic if len(stops[i]) > 2
                                 for leg in zip(stops[i], stops[i][1:])])
