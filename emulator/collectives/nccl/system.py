@@ -477,9 +477,9 @@ class NcclSystem:
         return self._ids(chans)
 
     def _hop(self, stops: tuple, flow: int) -> "Hop":
-        h = self._hop_of([self.leg(a, b, flow) for a, b in zip(stops, stops[1:])])
-        return Hop(h.channels, h.latency, h.raw, h.usable, h.net, h.bandwidths,
-                   self._ids(h.channels))
+        chans, lat, bws, use, net = self._joined([self.leg(a, b, flow)
+                                                  for a, b in zip(stops, stops[1:])])
+        return Hop(chans, lat, min(bws), min(use), net, bws, self._ids(chans))
 
     def _ids(self, chans: tuple) -> tuple:
         """Numbers of directed channels ``(u, v)``, given in order of first use: the cost
@@ -487,8 +487,15 @@ class NcclSystem:
         ids = self._channel_ids
         return tuple([ids.setdefault(c, len(ids)) for c in chans])
 
+    @classmethod
+    def _hop_of(cls, legs) -> "Hop":
+        chans, lat, bws, use, net = cls._joined(legs)
+        return Hop(chans, lat, min(bws), min(use), net, bws)
+
     @staticmethod
-    def _hop_of(legs) -> "Hop":
+    def _joined(legs) -> tuple:
+        """``(channels, latency sum, bandwidths, usable bandwidths, crosses a network link)``
+        of legs end to end (one :class:`Hop` made by the caller, not one per step)."""
         chans, lat, bandwidths, usable, net = [], 0.0, [], [], False
         for c, leg_lat, bws, use, leg_net in legs:
             chans.extend(c)
@@ -496,7 +503,7 @@ class NcclSystem:
             bandwidths.extend(bws)
             usable.extend(use)
             net = net or leg_net
-        return Hop(tuple(chans), lat, min(bandwidths), min(usable), net, tuple(bandwidths))
+        return tuple(chans), lat, tuple(bandwidths), tuple(usable), net
 
     def leg(self, a, b, flow: int) -> tuple:
         """``(channels, latency sum, bandwidths, usable bandwidths, crosses a network
