@@ -46,7 +46,7 @@ def test_schedule_and_time_equal_the_base_commit(spec, nbytes, algo, chosen, dig
 
 def test_single_transfer_ids_read_alike():
     """Builder.add takes a dependency as an int, a one-element array or a numpy scalar."""
-    from emulator.collectives._schedule import _single_ids
+    from emulator.collectives._builder import _single_ids
 
     assert _single_ids([3, np.asarray([4]), np.int64(5), np.asarray([[6]])]) == (3, 4, 5, 6)
     assert _single_ids([3, np.asarray([4, 5])]) is None

@@ -36,7 +36,8 @@ import math
 
 import numpy as np
 
-from .._schedule import Builder, Route, split, split_each
+from .._builder import Builder
+from .._schedule import Route, split, split_each
 from ..ring import ring_pass, ring_sizes as ring_pass_sizes
 from . import constants as C
 from .channels import channel_trees
@@ -315,7 +316,7 @@ def _exchange(b: Builder, system: NcclSystem, group, nbytes_pair: int, wait: flo
                 deps.extend(deps_of(x))
             if conn is not None and (x, y) in conn:
                 deps.append(conn[(x, y)])
-            out[(x, y)] = int(b.add(x, y, int(math.ceil(nbytes_pair * scale)), deps, tag, wait)[0])
+            out[(x, y)] = b.add_one(x, y, int(math.ceil(nbytes_pair * scale)), deps, tag, wait)
     return out
 
 
@@ -421,8 +422,8 @@ def _tree_once(b, tree, nbytes, hops, into, nodes, j, prev, key):
         pk = ("up", x, key[1], key[2])
         if pk in prev:
             deps.append(prev[pk])
-        up[x] = int(b.add(x, par, int(math.ceil(nbytes * scale)), deps, "reduce",
-                          wait if key[0] == 0 else 0.0, route)[0])
+        up[x] = b.add_one(x, par, int(math.ceil(nbytes * scale)), deps, "reduce",
+                          wait if key[0] == 0 else 0.0, route)
         prev[pk] = up[x]
     root = tree.root
     arrived = {root: [up[c] for c in tree.children[root]] + incoming[root]}
@@ -434,8 +435,8 @@ def _tree_once(b, tree, nbytes, hops, into, nodes, j, prev, key):
             pk = ("down", ch, key[1], key[2])
             if pk in prev:
                 deps.append(prev[pk])
-            got = int(b.add(x, ch, int(math.ceil(nbytes * scale)), deps, "broadcast",
-                            wait if key[0] == 0 else 0.0, route)[0])
+            got = b.add_one(x, ch, int(math.ceil(nbytes * scale)), deps, "broadcast",
+                            wait if key[0] == 0 else 0.0, route)
             prev[pk] = got
             arrived[ch] = [got]
     return arrived
