@@ -120,6 +120,7 @@ class FabricRoutes:
         self._nbr: dict = {}           # fabric index -> (neighbour indices, costs) arrays
         self._succ: dict = {}          # (switch, destination) -> next hops
         self._way: dict = {}           # machine node -> its ways out (see _ways)
+        self._exits_by_host: dict = {}  # machine -> its links out (see _exits_of)
         self._proved: dict = {}        # (node, node) -> route() of the pair
         self._walks: dict = {}         # (leaf, leaf, limit) -> walks() of the leaves
         self._DF = self._DV = None
@@ -240,17 +241,27 @@ class FabricRoutes:
             pos, local, _ = r._host_routes(h)
             dist = local.dist[pos[a]]
             rows = []
-            for x in self._machines()[h]:
-                dx = dist[pos[x]]
-                if dx == math.inf:
-                    continue
-                for lx, cx in self.exits.get(x, ()):
-                    rows.append((x, self.index[lx], dx + cx))
+            for x, px, lx, cx in self._exits_of(h):
+                dx = dist[px]
+                if dx != math.inf:
+                    rows.append((x, lx, dx + cx))
             own = [k for k, row in enumerate(rows) if row[0] == a]
             hit = self._way[a] = (np.array([x for x, _, _ in rows], dtype=np.int64),
                                   np.array([lx for _, lx, _ in rows], dtype=np.int64),
                                   np.array([c for _, _, c in rows], dtype=float),
                                   own[0] if len(own) == 1 else -1)
+        return hit
+
+    def _exits_of(self, h) -> tuple:
+        """``(node, its position, switch's fabric index, link cost)`` of every link out of
+        machine ``h``, in the order of its nodes and their links; kept per machine (each of
+        its nodes' :meth:`_ways` reads them)."""
+        hit = self._exits_by_host.get(h)
+        if hit is None:
+            pos = self.router._host_routes(h)[0]
+            hit = self._exits_by_host[h] = tuple(
+                (x, pos[x], self.index[lx], cx) for x in self._machines()[h]
+                for lx, cx in self.exits.get(x, ()))
         return hit
 
     def next_hops(self, u: int, dest: int) -> tuple:

@@ -235,8 +235,8 @@ def _balance(system: NcclSystem, rings: list) -> list:
                 paths = router.equal_cost_paths(st[k], st[k + 1], limit=256)
                 if len(paths) > 1:
                     def cost(path):
-                        links = list(zip(path, path[1:]))
-                        return (max(load.get(e, 0) for e in links), sum(load.get(e, 0) for e in links))
+                        on = [load.get(e, 0) for e in zip(path, path[1:])]
+                        return (max(on), sum(on))
                     path = min(paths, key=cost)
                     for e in zip(path, path[1:]):
                         load[e] = load.get(e, 0) + 1
