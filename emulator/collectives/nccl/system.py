@@ -520,7 +520,7 @@ class NcclSystem:
 
     def _leg(self, c: tuple) -> tuple:
         facts = self._link_facts
-        rows = []
+        lat, bws, use, net = 0, [], [], False     # the latencies summed as sum() would
         for e in c:
             f = facts.get(e)
             if f is None:                   # a fabric link: thousands of legs cross it
@@ -528,9 +528,11 @@ class NcclSystem:
                 f = facts[e] = (d["bandwidth"], d["latency"],
                                 d["bandwidth"] * self.usable_fraction(d),
                                 _link_class(d) not in INTRA_CLASSES)
-            rows.append(f)
-        return (c, sum(f[1] for f in rows), tuple(f[0] for f in rows),
-                tuple(f[2] for f in rows), any(f[3] for f in rows))
+            bws.append(f[0])
+            lat += f[1]
+            use.append(f[2])
+            net = net or f[3]
+        return (c, lat, tuple(bws), tuple(use), net)
 
     def _in_machine(self, a, b):
         """:meth:`leg` of two nodes of one machine from its kind's template, found once per
