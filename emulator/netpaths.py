@@ -119,8 +119,10 @@ class _Routes:
             # One int64 key per (route, src, dst): unique on rows sorts a void dtype, ~20x slower.
             key = (route_idx[rest].astype(np.int64) * n + src[rest]) * n + dst[rest]
             uniq, inverse = np.unique(key, return_inverse=True)
+            # each pair's default path so far, looked up at once (the loop adds none)
+            bases = self.default.lookup((uniq // n) % n * n + uniq % n).tolist()
             ids = []
-            for k in uniq.tolist():
+            for k, base in zip(uniq.tolist(), bases):
                 rs, d = divmod(k, n)
                 r, s = divmod(rs, n)
                 k = (routes[r], s, d)
@@ -133,7 +135,6 @@ class _Routes:
                         # route's between the same GPUs; routing it just to compare would
                         # double a million-pair all-to-all's routing, so only one routed
                         # already is compared (:meth:`_default_path` compares the other way)
-                        base = self.default.get(s * n + d)
                         same = base >= 0 and tuple(
                             self.chan[self.ptr[base]:self.ptr[base + 1]]) == chans
                         pid = base if same else self._add(list(chans))

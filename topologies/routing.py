@@ -102,8 +102,9 @@ class Router:
         self._hosts = None                          # host -> its node ids (built on demand)
         self._host_kinds: dict = {}                 # machine description -> its routes
         self._host_kind: dict = {}                  # host -> (description, positions)
+        self._host_local: dict = {}                 # host -> (positions, its kind's routes)
         self._fabric = None                         # topologies.fabric.FabricRoutes, on demand
-        self._cheapest = None                       # per node its two cheapest link costs
+        self._cheapest: dict = {}                   # node -> its two cheapest link costs
         # Sorted by neighbour id: routes must not depend on the order edges were added.
         self._adj = [sorted(lst, key=lambda t: label[t[0]]) for lst in adj]
         self._parent, core = self._peel(self._adj)
@@ -168,7 +169,7 @@ class Router:
         if seq is None:
             seq = self._route(i, j, salt)
         names = self._names
-        result = tuple(names[x] for x in seq)
+        result = tuple([names[x] for x in seq])
         self._paths[key] = result
         if len(self._paths) > self._max_paths:
             self._paths.popitem(last=False)
@@ -196,15 +197,14 @@ class Router:
         fab = self._fabric_of(i, j)
         if fab is not None:                    # a NIC-to-NIC route (topologies.fabric)
             fr, (la, lb, dest) = fab
-            up_i, up_j = [i], [j]
-            dag, start, end = _FabricDag(fr, dest), la, lb
-            head, tail = [i], [j]
-        else:
-            up_i, up_j = self._chain(i), self._chain(j)
-            if up_i[-1] == up_j[-1]:
-                return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
-            dag, start, end = self._dag(up_i[-1], up_j[-1]), up_i[-1], up_j[-1]
-            head, tail = up_i[:-1], up_j[:-1][::-1]
+            names = self._names
+            out = [tuple(names[x] for x in (i, *mid, j)) for mid in fr.walks(la, lb, dest, limit)]
+            return sorted(out, key=lambda p: [str(x) for x in p])
+        up_i, up_j = self._chain(i), self._chain(j)
+        if up_i[-1] == up_j[-1]:
+            return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
+        dag, start, end = self._dag(up_i[-1], up_j[-1]), up_i[-1], up_j[-1]
+        head, tail = up_i[:-1], up_j[:-1][::-1]
         out: list[tuple] = []
 
         def walk(u, acc):
@@ -219,6 +219,18 @@ class Router:
 
         walk(start, [start])
         return sorted(out, key=lambda p: [str(x) for x in p])
+
+    def prove_routes(self, pairs) -> None:
+        """Settle whether the fabric's tables route each ``(src, dst)`` node pair of
+        different machines (:meth:`topologies.fabric.FabricRoutes.prove`), all at once: a
+        caller about to route thousands of NIC pairs (NCCL's trees) saves the proof's
+        per-pair overhead. The routes are the same with or without it."""
+        idx, host = self._index, self._host
+        ij = [(idx[a], idx[b]) for a, b in pairs]
+        ij = [(i, j) for i, j in ij if host[i] is not None and host[j] is not None
+              and host[i] != host[j]]
+        if ij and self._fabric_routes().ok:
+            self._fabric.prove(ij)
 
     # -- internals --------------------------------------------------------------------------
     def _link(self, i: int, j: int):
@@ -236,11 +248,11 @@ class Router:
         if c is None:
             return None
         cheap = self._cheapest
-        if cheap is None:
-            cheap = self._cheapest = [sorted(c for _, c in lst)[:2] for lst in self._adj]
 
         def other(k, cost):          # the cheapest of k's links but (one of) this one
-            two = cheap[k]
+            two = cheap.get(k)
+            if two is None:          # per node asked (a cluster has 10**5 nodes)
+                two = cheap[k] = sorted(c for _, c in self._adj[k])[:2]
             return two[1] if two[0] == cost and len(two) > 1 else (two[0] if two[0] != cost else None)
 
         oi, oj = other(i, c), other(j, c)
@@ -258,11 +270,7 @@ class Router:
         cluster's 1,024 copies of one machine then cost one small search per pair of
         positions instead of a search of the graph per pair of nodes."""
         h = self._host[i]
-        kind = self._host_kind.get(h)
-        if kind is None:
-            kind = self._host_kind[h] = self._describe_host(h)
-        desc, pos = kind
-        local, paths = self._host_kinds[desc]
+        pos, local, paths = self._host_routes(h)
         key = (pos[i], pos[j])
         hit = paths.get(key, False)
         if hit is False:
@@ -282,21 +290,37 @@ class Router:
             seq.append(nodes[u])
         return seq
 
+    def _host_routes(self, h) -> tuple:
+        """``(node -> position, LocalRoutes, routes by position pair)`` of machine ``h``,
+        kept per host: its kind's are kept per description, a long tuple whose hash every
+        dict lookup works out again (the engine asks 70,000 pairs)."""
+        hit = self._host_local.get(h)
+        if hit is None:
+            kind = self._host_kind.get(h)
+            if kind is None:
+                kind = self._host_kind[h] = self._describe_host(h)
+            hit = self._host_local[h] = (kind[1], *self._host_kinds[kind[0]])
+        return hit
+
     def _fabric_of(self, i: int, j: int):
         """``(FabricRoutes, (leaf of i, leaf of j, table))`` when every shortest route from
         machine node ``i`` to a node ``j`` of another machine crosses the fabric between
         their leaves (:mod:`topologies.fabric`); else None."""
         if self._host[i] is None or self._host[j] is None or self._host[i] == self._host[j]:
             return None
-        fr = self._fabric
-        if fr is None:
-            from .fabric import FabricRoutes
-
-            fr = self._fabric = FabricRoutes(self)
+        fr = self._fabric_routes()
         if not fr.ok:
             return None
         got = fr.route(i, j)
         return None if got is None else (fr, got)
+
+    def _fabric_routes(self):
+        """The graph's :class:`topologies.fabric.FabricRoutes`, made on first use."""
+        if self._fabric is None:
+            from .fabric import FabricRoutes
+
+            self._fabric = FabricRoutes(self)
+        return self._fabric
 
     def _via_fabric(self, i: int, j: int, salt: str):
         """The route from machine node ``i`` to a node ``j`` of another machine through the
@@ -573,18 +597,6 @@ class Router:
 #: next hops from the balls rather than by scanning every link (a spine of a 65,536-GPU
 #: fabric has 2,048).
 _WIDE = 16
-
-
-class _FabricDag:
-    """A destination leaf's fabric table walked as a :class:`_Dag`."""
-
-    __slots__ = ("fr", "dest")
-
-    def __init__(self, fr, dest):
-        self.fr, self.dest = fr, dest
-
-    def next(self, u: int) -> tuple:
-        return self.fr.next_hops(u, self.dest)
 
 
 class _Dag:

@@ -12,6 +12,8 @@ from .machines.parts import TRANSPORTS as _TRANSPORTS
 
 
 def _positive(value) -> bool:
+    if type(value) is float:        # the usual case, without the abstract-class checks
+        return math.isfinite(value) and value > 0
     return (isinstance(value, numbers.Real) and not isinstance(value, bool)
             and math.isfinite(value) and value > 0)
 

@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ._schedule import Builder, split
+from ._builder import Builder
+from ._schedule import split
 from .direct import _pairs
 from .ring import ring_pass
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import ConfigError
-from ._schedule import Builder
+from ._builder import Builder
 from .ring import allreduce_pass, ring_pass, segment_chunks
 
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._schedule import Builder, split
+from ._builder import Builder
+from ._schedule import split
 
 
 def _exchange(b, order, pairs, sizes, ready, chunks, tag):

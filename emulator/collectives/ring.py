@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._schedule import Builder, split, split_each
+from ._builder import Builder
+from ._schedule import split, split_each
 
 
 def segment_chunks(nbytes: int, p: int, chunks: int) -> np.ndarray:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._schedule import Builder, split
+from ._builder import Builder
+from ._schedule import split
 
 
 def btree(p: int) -> tuple[list[int], list[list[int]]]:

@@ -417,7 +417,7 @@ def test_engine_matches_a_naive_reference(topo, op, alg, c, late):
 def test_queued_connections_match_the_naive_reference(topo, c):
     # Pipelined rings whose connections queue their messages (Transfer.after) on congested
     # fabrics, with per-step work that overlaps the message ahead.
-    from emulator.collectives._schedule import Builder
+    from emulator.collectives._builder import Builder
     from emulator.collectives.ring import ring_pass, segment_chunks
 
     G = CONGESTED[topo]()

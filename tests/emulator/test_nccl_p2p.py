@@ -5,7 +5,7 @@ import pytest
 import emulator
 import topologies
 from emulator.collectives import build_schedule
-from emulator.collectives._schedule import Builder
+from emulator.collectives._builder import Builder
 from emulator.collectives.nccl import NcclSystem, p2p
 from emulator.collectives.nccl.cost import shared_rates
 

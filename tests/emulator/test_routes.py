@@ -4,7 +4,7 @@ import pytest
 import emulator
 import topologies
 from emulator import Route, ScheduleError
-from emulator.collectives._schedule import Builder
+from emulator.collectives._builder import Builder
 
 
 def _one(route=None, src=0, dst=8, nbytes=1_000_000):

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...errors import ConfigError
-from .._schedule import Builder, check_ranks
+from .._builder import Builder
+from .._schedule import check_ranks
 from . import builders, constants, cost, p2p, pipeline
 from .channels import (base_rings, channel_rings, channel_trees, channels_for_size,
                        communicator_channels, nic_bandwidths)

@@ -158,8 +158,9 @@ def _intra_order(system: NcclSystem, grp, a: int, b: int) -> list:
     others in rank order, b."""
     if a == b:
         return [a]
-    lanes = _mesh_edges(system, grp)
-    if lanes and not system.nvswitch:
+    # an NVSwitch machine needs no mesh (8,192 GPUs: 8,192 machine-channel pairs skip it)
+    lanes = {} if system.nvswitch else _mesh_edges(system, grp)
+    if lanes:
         path = _ham_path(grp, lanes, a, b)
         if path is not None:
             return path
@@ -222,18 +223,20 @@ def _balance(system: NcclSystem, rings: list) -> list:
     load: dict = {}
     out = []
     kind = system.G.nodes
-    for rg in rings:
+    legs = [[next((i for i in range(len(st) - 1) if kind[st[i]].get("kind") == "nic"
+                   and kind[st[i + 1]].get("kind") == "nic"), None) for st in rg.stops]
+            for rg in rings]
+    router.prove_routes([st[k:k + 2] for rg, ks in zip(rings, legs)
+                         for st, k in zip(rg.stops, ks) if k is not None])
+    for rg, ks in zip(rings, legs):
         stops = []
-        for st in rg.stops:
-            k = next((i for i in range(len(st) - 1)
-                      if kind[st[i]].get("kind") == "nic" and kind[st[i + 1]].get("kind") == "nic"),
-                     None)
+        for st, k in zip(rg.stops, ks):
             if k is not None:
                 paths = router.equal_cost_paths(st[k], st[k + 1], limit=256)
                 if len(paths) > 1:
                     def cost(path):
-                        links = list(zip(path, path[1:]))
-                        return (max(load.get(e, 0) for e in links), sum(load.get(e, 0) for e in links))
+                        on = [load.get(e, 0) for e in zip(path, path[1:])]
+                        return (max(on), sum(on))
                     path = min(paths, key=cost)
                     for e in zip(path, path[1:]):
                         load[e] = load.get(e, 0) + 1

@@ -20,8 +20,9 @@ from .._schedule import split, split_each
 from . import constants as C
 from . import pipeline
 from .builders import RING_OPS, _chunks, hop_latency
-from .channels import channel_trees
 from .system import NcclSystem
+from .hoptable import hop_table, shared_rates as hoptable_rates
+from .treehops import tree_arrays
 
 
 def efficiency(system: NcclSystem, rings: list, algo: str, proto: str,
@@ -102,13 +103,16 @@ def _ring_hops(system: NcclSystem, rings: list) -> list:
 
 
 def _make_ring_hops(system: NcclSystem, rings: list) -> list:
-    hops = [[system.hop(st, rg.flow) for st in rg.stops] for rg in rings]
-    rates = shared_rates(system, [h for hs in hops for h in hs])
+    stops = [st for rg in rings for st in rg.stops]
+    flows = [rg.flow for rg in rings for _ in rg.stops]
+    t = hop_table(system, stops, flows)
+    rates, = hoptable_rates([t])
+    infl = t.inflation
     out, k = [], 0
-    for hs in hops:
-        out.append((np.array([h.latency for h in hs]), np.array([h.inflation for h in hs]),
-                    np.array([h.net for h in hs], dtype=bool), np.array(rates[k:k + len(hs)])))
-        k += len(hs)
+    for rg in rings:
+        e = k + len(rg.stops)
+        out.append((t.latency[k:e], infl[k:e], t.net[k:e], rates[k:e]))
+        k = e
     return out
 
 
@@ -223,98 +227,6 @@ def broadcast_time(system: NcclSystem, rings: list, nbytes: int, proto: str) -> 
     return best
 
 
-def _tree_hops(system: NcclSystem, rings: list) -> tuple:
-    """The trees of each ring's channel, each tree edge's hop per direction (up to the root or
-    down from it) with its index in its phase, and the shared rates of the first chunk's hops
-    and of both phases' hops at once; independent of size and protocol (:func:`_tree_arrays`
-    keeps them, as arrays, with the rings).
-
-    The first chunk crosses a tree one level at a time: up, an edge's hop runs at the height of
-    its child (leaves first); down, at the depth of its parent. So its hops share links with
-    the other trees' hops of the same phase and level, not with every hop of the phase (on
-    several nodes that over-counted sharing by up to 2x). The chunks after it keep every hop
-    of both phases busy at once."""
-    gpu = system.gpu
-    per_ring = [channel_trees(system, rg) for rg in rings]
-    info, phase_hops, level = {}, {"up": [], "down": []}, {"up": [], "down": []}
-    for ring_trees in per_ring:
-        for tree in ring_trees:
-            depth, height = _levels(tree)
-            for (a, b), stops in tree.stops.items():
-                down = stops if stops[0] == gpu(a) else tuple(reversed(stops))
-                for phase, st in (("down", down), ("up", tuple(reversed(down)))):
-                    hop = system.hop(st, tree.flow)
-                    info[(id(tree), st[0], st[-1])] = (hop, phase, len(phase_hops[phase]))
-                    phase_hops[phase].append(hop)
-                    level[phase].append(depth[a] if phase == "down" else height[b])
-    rate: dict = {}
-    for ph, hops in phase_hops.items():
-        rate[ph] = [0.0] * len(hops)
-        by_level: dict = {}
-        for i, lv in enumerate(level[ph]):
-            by_level.setdefault(lv, []).append(i)
-        for idx in by_level.values():
-            for i, r in zip(idx, shared_rates(system, [hops[i] for i in idx])):
-                rate[ph][i] = r
-    both = shared_rates(system, phase_hops["up"] + phase_hops["down"])
-    return per_ring, info, rate, both, len(phase_hops["up"])
-
-
-def _levels(tree) -> tuple[dict, dict]:
-    """Per rank of ``tree``: its depth (root 0) and height (leaves 0)."""
-    depth = {tree.root: 0}
-    order = [tree.root]
-    for x in order:
-        for ch in tree.children.get(x, ()):
-            depth[ch] = depth[x] + 1
-            order.append(ch)
-    height: dict = {}
-    for x in reversed(order):
-        height[x] = 1 + max((height[ch] for ch in tree.children.get(x, ())), default=-1)
-    return depth, height
-
-
-def _tree_arrays(system: NcclSystem, rings: list) -> list:
-    """Per ring, per tree of its channel, the tree's edges as arrays:
-    each non-root rank's parent (index into the tree's ranks, parents first), its level
-    groups, the leaves, and per direction the hop's latency (s), inflation, network flag and
-    the first chunk's and the steady state's shared rates (bytes/s). Kept with the rings."""
-    return system.kept("tree_arrays", tuple(rings), lambda: _make_tree_arrays(system, rings))
-
-
-def _make_tree_arrays(system: NcclSystem, rings: list) -> list:
-    per_ring, info, rate, both, n_up = _tree_hops(system, rings)
-    gpu = system.gpu
-    out = []
-    for ring_trees in per_ring:
-        out.append([])
-        for tree in ring_trees:
-            order = [tree.root]                 # parents before children
-            for x in order:
-                order.extend(tree.children.get(x, ()))
-            pos = {r: k for k, r in enumerate(order)}
-            edges = order[1:]
-            facts = {}
-            for name, key in (("up", lambda a, b: (a, b)), ("down", lambda a, b: (b, a))):
-                rows = []
-                for a in edges:
-                    x, y = key(a, tree.parent[a])
-                    hop, ph, i = info[(id(tree), gpu(x), gpu(y))]
-                    rows.append((hop.latency, hop.inflation, hop.net, rate[ph][i],
-                                 both[i + (n_up if ph == "down" else 0)]))
-                cols = list(zip(*rows)) if rows else [()] * 5
-                facts[name] = tuple(np.asarray(c, dtype=float if k != 2 else bool)
-                                    for k, c in enumerate(cols))
-            depth = np.zeros(len(order), dtype=np.int64)
-            for k, a in enumerate(edges, start=1):
-                depth[k] = depth[pos[tree.parent[a]]] + 1
-            parent = np.array([pos[tree.parent[a]] for a in edges], dtype=np.int64)
-            levels = [np.flatnonzero(depth[1:] == d) for d in range(1, int(depth.max()) + 1)]
-            leaves = np.array([not tree.children.get(r) for r in order])
-            out[-1].append((parent, levels, leaves, facts["up"], facts["down"]))
-    return out
-
-
 def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
               eff: float | None = None) -> float:
     """Double binary trees, pipelined in chunks: the launch latency, the first chunk up the
@@ -324,7 +236,7 @@ def tree_time(system: NcclSystem, rings: list, nbytes: int, proto: str,
     steady-state term is a bound (the engine overlaps phases partly)."""
     eff = efficiency(system, rings, "Tree", proto, nbytes) if eff is None else eff
     trees = [(arrays, int(half))
-             for ring_trees, share in zip(_tree_arrays(system, rings), split(nbytes, len(rings)))
+             for ring_trees, share in zip(tree_arrays(system, rings), split(nbytes, len(rings)))
              for arrays, half in zip(ring_trees, split(int(share), 2))]
     wait = np.array([hop_latency(system, net, "Tree", proto) for net in (False, True)])
     best = 0.0

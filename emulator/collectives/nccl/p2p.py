@@ -16,7 +16,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._schedule import Builder, Route
+from .._builder import Builder
+from .._schedule import Route
 from . import constants as C
 from . import pipeline
 from .builders import hop_latency

@@ -93,11 +93,16 @@ class NcclSystem:
     _lat: dict = field(default_factory=dict, repr=False, compare=False)
     #: node -> (its machine's description, the machine's nodes, its position among them)
     _place: dict = field(default_factory=dict, repr=False, compare=False)
+    #: per kind of machine (by identity: one object per kind in :attr:`_place`)
     _templates: dict = field(default_factory=dict, repr=False, compare=False)
     _channel_ids: dict = field(default_factory=dict, repr=False, compare=False)
     _flowless: dict = field(default_factory=dict, repr=False, compare=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
     _legs: dict = field(default_factory=dict, repr=False, compare=False)
+    #: (node, node) -> :meth:`_in_machine` of the pair (None: not from a template)
+    _inside: dict = field(default_factory=dict, repr=False, compare=False)
+    #: directed link -> (bandwidth, latency, usable bandwidth, network link) for :meth:`_leg`
+    _link_facts: dict = field(default_factory=dict, repr=False, compare=False)
     #: derived facts the builders and the cost model reuse across collectives (keyed by kind)
     memo: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -161,12 +166,16 @@ class NcclSystem:
         intra_hw = "nvlink"
         nvswitch = True
         place = {}
+        # One object per kind of machine: the templates key on its identity (a description
+        # is a long tuple; hashing it per hop cost seconds on 8,192 GPUs).
+        interned: dict = {}
         for grp, fact in zip(groups, facts):
             near.update(fact.near)
             lat.update(fact.latency)
             if fact.kind is not None:
+                kind = interned.setdefault(fact.kind, fact.kind)
                 for k, n in enumerate(fact.nodes):
-                    place[n] = (fact.kind, fact.nodes, k)
+                    place[n] = (kind, fact.nodes, k)
             if len(grp) < 2:
                 continue
             if not fact.nvlink:
@@ -431,15 +440,15 @@ class NcclSystem:
         pa, pb = self._place.get(stops[0]), self._place.get(stops[1])
         if pa is None or pb is None or pa[1] is not pb[1]:
             return None
-        table = self._templates.get(("hop", pa[0]))
+        table = self._templates.get(("hop", id(pa[0])))
         if table is None:
-            table = self._templates[("hop", pa[0])] = {}
+            table = self._templates[("hop", id(pa[0]))] = {}
         key = (pa[2], pb[2])
         tmpl = table.get(key, False)
         if tmpl is False:
             leg = self._in_machine(*stops)
             tmpl = table[key] = None if leg is None else (
-                self._templates[pa[0]][1][key][0],
+                self._templates[id(pa[0])][1][key][0],
                 self._hop_of([leg]))
         if tmpl is None:
             return None
@@ -448,10 +457,29 @@ class NcclSystem:
         chans = tuple((nodes[u], nodes[v]) for u, v in tmpl[0])
         return Hop(chans, h.latency, h.raw, h.usable, h.net, h.bandwidths, self._ids(chans))
 
+    def place(self, node):
+        """``(machine description, the machine's nodes, position)`` of ``node`` when its
+        machine's facts come from its kind's template (:mod:`.hosts`), else None."""
+        return self._place.get(node)
+
+    def hop_template(self, a, b):
+        """``(channels by position, Hop)`` when :meth:`hop` of ``(a, b)`` (two nodes of one
+        machine) comes from its kind's template: the same facts on every copy of the
+        machine, its channels ``(nodes[u], nodes[v])`` for the positions ``(u, v)``; else
+        None. :mod:`.hoptable` times hundreds of thousands of hops per template."""
+        if self._machine_hop((a, b)) is None:
+            return None
+        pa, pb = self._place[a], self._place[b]
+        return self._templates[("hop", id(pa[0]))][(pa[2], pb[2])]
+
+    def channel_ids(self, chans: tuple) -> tuple:
+        """Numbers of directed channels ``(u, v)`` (:meth:`_ids`)."""
+        return self._ids(chans)
+
     def _hop(self, stops: tuple, flow: int) -> "Hop":
-        h = self._hop_of([self.leg(a, b, flow) for a, b in zip(stops, stops[1:])])
-        return Hop(h.channels, h.latency, h.raw, h.usable, h.net, h.bandwidths,
-                   self._ids(h.channels))
+        chans, lat, bws, use, net = self._joined([self.leg(a, b, flow)
+                                                  for a, b in zip(stops, stops[1:])])
+        return Hop(chans, lat, min(bws), min(use), net, bws, self._ids(chans))
 
     def _ids(self, chans: tuple) -> tuple:
         """Numbers of directed channels ``(u, v)``, given in order of first use: the cost
@@ -459,8 +487,15 @@ class NcclSystem:
         ids = self._channel_ids
         return tuple([ids.setdefault(c, len(ids)) for c in chans])
 
+    @classmethod
+    def _hop_of(cls, legs) -> "Hop":
+        chans, lat, bws, use, net = cls._joined(legs)
+        return Hop(chans, lat, min(bws), min(use), net, bws)
+
     @staticmethod
-    def _hop_of(legs) -> "Hop":
+    def _joined(legs) -> tuple:
+        """``(channels, latency sum, bandwidths, usable bandwidths, crosses a network link)``
+        of legs end to end (one :class:`Hop` made by the caller, not one per step)."""
         chans, lat, bandwidths, usable, net = [], 0.0, [], [], False
         for c, leg_lat, bws, use, leg_net in legs:
             chans.extend(c)
@@ -468,7 +503,7 @@ class NcclSystem:
             bandwidths.extend(bws)
             usable.extend(use)
             net = net or leg_net
-        return Hop(tuple(chans), lat, min(bandwidths), min(usable), net, tuple(bandwidths))
+        return tuple(chans), lat, tuple(bandwidths), tuple(usable), net
 
     def leg(self, a, b, flow: int) -> tuple:
         """``(channels, latency sum, bandwidths, usable bandwidths, crosses a network
@@ -477,16 +512,27 @@ class NcclSystem:
         key = (a, b, flow)
         hit = self._legs.get(key)
         if hit is None:
-            hit = self._legs[key] = self._in_machine(a, b) or self._leg(
-                tuple(self._router.channels(a, b, flow)))
+            inside = self._inside.get((a, b), False)    # inside a machine: any flow's
+            if inside is False:
+                inside = self._inside[(a, b)] = self._in_machine(a, b)
+            hit = self._legs[key] = inside or self._leg(tuple(self._router.channels(a, b, flow)))
         return hit
 
     def _leg(self, c: tuple) -> tuple:
-        data = [self.G.edges[u, v] for u, v in c]
-        bws = tuple(d["bandwidth"] for d in data)
-        return (c, sum(d["latency"] for d in data), bws,
-                tuple(bw * self.usable_fraction(d) for bw, d in zip(bws, data)),
-                any(_link_class(d) not in INTRA_CLASSES for d in data))
+        facts = self._link_facts
+        lat, bws, use, net = 0, [], [], False     # the latencies summed as sum() would
+        for e in c:
+            f = facts.get(e)
+            if f is None:                   # a fabric link: thousands of legs cross it
+                d = self.G.edges[e]
+                f = facts[e] = (d["bandwidth"], d["latency"],
+                                d["bandwidth"] * self.usable_fraction(d),
+                                _link_class(d) not in INTRA_CLASSES)
+            bws.append(f[0])
+            lat += f[1]
+            use.append(f[2])
+            net = net or f[3]
+        return (c, lat, tuple(bws), tuple(use), net)
 
     def _in_machine(self, a, b):
         """:meth:`leg` of two nodes of one machine from its kind's template, found once per
@@ -496,7 +542,7 @@ class NcclSystem:
         pa, pb = self._place.get(a), self._place.get(b)
         if pa is None or pb is None or pa[1] is not pb[1] or a == b:
             return None
-        kind, nodes = pa[0], pa[1]
+        kind, nodes = id(pa[0]), pa[1]
         table = self._templates.get(kind)
         if table is None:
             table = self._templates[kind] = (topologies_local_routes(self.G, nodes), {})

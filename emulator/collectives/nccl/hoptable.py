@@ -1,0 +1,171 @@
+"""Many hops' path facts as arrays, made once per kind of machine, and their shared rates.
+
+NCCL's trees on 8,192 GPUs have 262,000 hops (16 trees, two directions), 229,000 of them
+between two GPUs of one machine; their facts (latency, bottleneck, wire scale, channels by
+position) are the same on every copy of a machine (:meth:`.NcclSystem.hop_template`), so a
+:class:`HopTable` takes them per kind of machine and position pair and maps the channels
+onto each copy in bulk; other hops (across the fabric) come from :meth:`.NcclSystem.hop`
+one by one. :func:`shared_rates` is :func:`.cost.shared_rates` over a table, optionally per
+group of hops (the tree's first chunk shares links level by level). The facts are those of
+:meth:`.NcclSystem.hop` hop for hop, so every time computed from them is the same.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .system import NcclSystem
+
+__all__ = ["HopTable", "hop_table", "shared_rates"]
+
+
+@dataclass(frozen=True)
+class HopTable:
+    """Per hop: ``latency`` (s), line-rate ``raw`` and ``usable`` bottleneck (bytes/s),
+    ``net`` (crosses a network link), ``lens`` (its channels); flat over the hops in order:
+    ``ids`` (channel numbers, :meth:`.NcclSystem.channel_ids`) and ``bandwidths``."""
+
+    latency: np.ndarray
+    raw: np.ndarray
+    usable: np.ndarray
+    net: np.ndarray
+    lens: np.ndarray
+    ids: np.ndarray
+    bandwidths: np.ndarray
+
+    @property
+    def inflation(self) -> np.ndarray:
+        """Wire bytes per payload byte (:attr:`.Hop.inflation`, hop by hop)."""
+        return self.raw / self.usable
+
+    def __len__(self) -> int:
+        return len(self.latency)
+
+
+def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
+    """:meth:`.NcclSystem.hop` of every ``stops[i]`` with ``flows[i]``, as a :class:`HopTable`.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_h100x2"), range(16))
+    >>> st = [(s.gpu(0), s.gpu(1)), (s.gpu(9), s.gpu(8)), (s.gpu(0), s.gpu(8))]
+    >>> t = hop_table(s, st, [0, 0, 0])
+    >>> t.latency.tolist() == [s.hop(x).latency for x in st], t.net.tolist()
+    (True, [False, False, True])
+    """
+    n = len(stops)
+    lat, raw, use = np.empty(n), np.empty(n), np.empty(n)
+    net = np.zeros(n, dtype=bool)
+    lens = np.zeros(n, dtype=np.int64)
+    # node -> (kind, the machine's nodes, position): the system's own table
+    place = system._place.get
+    # Stops recur (a machine's chain in every channel's tree, both ways round a ring):
+    # each distinct sequence is classified once, its hops found through ``inv``.
+    first: dict = {}
+    inv = np.fromiter((first.setdefault(st, len(first)) for st in stops), dtype=np.int64,
+                      count=n)
+    # (kind, position, position) -> (distinct stops, their machines, one); a kind and a
+    # machine by identity: a kind's description is a long tuple, too dear to hash per hop
+    classes: dict = {}
+    for u, st in enumerate(first):
+        if len(st) == 2:
+            pa, pb = place(st[0]), place(st[1])
+            if pa is not None and pb is not None and pa[1] is pb[1]:
+                key = (id(pa[0]), pa[2], pb[2])
+                c = classes.get(key)
+                if c is None:
+                    c = classes[key] = ([], [], st)
+                c[0].append(u)
+                c[1].append(id(pa[1]))
+    cls = np.full(len(first), -1, dtype=np.int64)      # class of each distinct stops
+    row = np.zeros(len(first), dtype=np.int64)         # its row among the class's
+    made = []                   # per class: (Hop, channel numbers per distinct stops (k, L))
+    for key, (us, machines, rep) in classes.items():
+        tmpl = system.hop_template(*rep)
+        if tmpl is None:        # no template: hop by hop, as the others
+            continue
+        pairs, h = tmpl
+        us = np.asarray(us, dtype=np.int64)
+        cls[us], row[us] = len(made), np.arange(len(us))
+        uniq, which = np.unique(np.asarray(machines, dtype=np.int64), return_inverse=True)
+        table = [_channel_row(system, key, pairs, m) for m in uniq.tolist()]
+        made.append((h, np.asarray(table, dtype=np.int64).reshape(-1, len(pairs))[which]))
+    of_hop = cls[inv]
+    generic = np.flatnonzero(of_hop < 0).tolist()
+    filled = []                 # (hops, channel numbers per hop (k, L), bandwidths (L,))
+    for k, (h, chans) in enumerate(made):
+        idx = np.flatnonzero(of_hop == k)
+        lat[idx], raw[idx], use[idx], net[idx] = h.latency, h.raw, h.usable, h.net
+        lens[idx] = chans.shape[1]
+        filled.append((idx, chans[row[inv[idx]]], np.asarray(h.bandwidths, dtype=float)))
+    # the fabric proves NIC-to-NIC legs in bulk (topologies.Router.prove_routes)
+    system.router.prove_routes([leg for i in generic if len(stops[i]) > 2
+                                for leg in zip(stops[i], stops[i][1:])])
+    hops = []
+    for i in generic:
+        h = system.hop(stops[i], flows[i])
+        lat[i], raw[i], use[i], net[i] = h.latency, h.raw, h.usable, h.net
+        lens[i] = len(h.ids)
+        hops.append(h)
+    starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
+    ids = np.empty(int(lens.sum()), dtype=np.int64)
+    bws = np.empty(len(ids))
+    for idx, chans, bw in filled:
+        at = starts[idx][:, None] + np.arange(chans.shape[1])
+        ids[at] = chans
+        bws[at] = bw
+    for i, h in zip(generic, hops):
+        ids[starts[i]:starts[i] + lens[i]] = h.ids
+        bws[starts[i]:starts[i] + lens[i]] = h.bandwidths
+    return HopTable(lat, raw, use, net, lens, ids, bws)
+
+
+def _channel_row(system: NcclSystem, key: tuple, pairs: tuple, machine: int) -> tuple:
+    """Channel numbers of the template hop ``key`` (kind, positions) on the machine whose
+    nodes tuple has identity ``machine``: its channels by position ``pairs`` mapped onto
+    that machine's nodes; kept with the system (trees and rings cross the same ones)."""
+    memo = system.memo.get("hop_rows")
+    if memo is None:
+        memo = system.memo["hop_rows"] = ({id(p[1]): p[1] for p in system._place.values()}, {})
+    nodes_of, rows = memo
+    hit = rows.get((key, machine))
+    if hit is None:
+        nodes = nodes_of[machine]
+        hit = rows[(key, machine)] = system.channel_ids(tuple((nodes[u], nodes[v])
+                                                              for u, v in pairs))
+    return hit
+
+
+def shared_rates(tables: list, groups: list | None = None) -> list:
+    """Bytes/s of each hop of ``tables`` when all hops of a group run at once: per hop the
+    least of its channels' bandwidth over the hops of its group crossing the channel
+    (:func:`.cost.shared_rates`, the same divisions and minima). ``groups`` gives each table
+    a label per hop (None: every hop of every table in one group). One array per table.
+
+    Examples
+    --------
+    >>> import topologies
+    >>> s = NcclSystem.of(topologies.from_spec("cluster:dgx_h100x2"), range(16))
+    >>> t = hop_table(s, [(s.gpu(0), s.gpu(8)), (s.gpu(8), s.gpu(0))], [0, 0])
+    >>> [r.tolist() == [s.hop((s.gpu(0), s.gpu(8))).raw] * 2 for r in shared_rates([t])]
+    [True]
+    """
+    lens = np.concatenate([t.lens for t in tables])
+    ids = np.concatenate([t.ids for t in tables])
+    if not len(lens):
+        return [np.empty(0) for _ in tables]
+    if (lens == 0).any():
+        raise ValueError("a hop without channels has no shared rate")
+    bws = np.concatenate([t.bandwidths for t in tables])
+    key = ids
+    if groups is not None:
+        g = np.repeat(np.concatenate([np.asarray(x, dtype=np.int64) for x in groups]), lens)
+        g = np.unique(g, return_inverse=True)[1].ravel()
+        key = g * (int(ids.max()) + 1) + ids
+    key = np.unique(key, return_inverse=True)[1].ravel()
+    share = bws / np.bincount(key)[key]
+    rates = np.minimum.reduceat(share, np.concatenate(([0], np.cumsum(lens)[:-1])))
+    cut = np.cumsum([len(t) for t in tables])[:-1]
+    return np.split(rates, cut)
