@@ -19,11 +19,21 @@ import numpy as np
 from .._builder import Builder
 from .._schedule import Route
 from . import constants as C
-from . import pipeline
+from . import p2pform, pipeline
 from .builders import hop_latency
 from .system import NcclSystem
 
-__all__ = ["Table", "table", "alltoall", "time", "uniform", "slot_waits"]
+__all__ = ["Table", "table", "alltoall", "time", "uniform", "slot_waits", "TABLE_MAX",
+           "aggregated"]
+
+#: Ranks up to which :func:`time` times every pair (a million sends at 1,024 GPUs); beyond,
+#: the per-pair table is 4 million sends at 2,048 GPUs and 67 million at 8,192.
+TABLE_MAX = 1024
+
+
+def aggregated(system: NcclSystem) -> bool:
+    """Whether :func:`time` of uniform sizes on ``system`` takes the aggregate form."""
+    return len(system.ranks) > TABLE_MAX and p2pform.regular(system) is not None
 
 
 @dataclass(frozen=True)
@@ -288,10 +298,17 @@ def slot_waits(system: NcclSystem, t: Table, n: np.ndarray, proto: str, eff: flo
     return np.maximum(count - 1, 0) * per
 
 
-def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
+def time(system: NcclSystem, sizes, proto: str = "Simple", form: str = "auto") -> float:
     """Seconds of :func:`alltoall` with every send at once: the slowest
     ``wait + latency + wire bytes / shared rate`` (wire bytes at the protocol's efficiency;
     the wait is the per-step latency and the slots' :func:`slot_waits`).
+
+    ``form``: ``"table"`` times every pair (:func:`table`); ``"aggregate"`` the pairs of
+    positions of a regular cluster with link loads counted in aggregate
+    (:mod:`.p2pform`: no per-pair table; measured against the engine in
+    :data:`emulator.fastpath.ERROR_BOUND`); ``"auto"`` the table up to :data:`TABLE_MAX`
+    ranks, beyond it the aggregate form for sizes that depend on the receiver only
+    (:func:`uniform`) on a regular cluster.
 
     Examples
     --------
@@ -300,10 +317,26 @@ def time(system: NcclSystem, sizes, proto: str = "Simple") -> float:
     >>> round(time(s, uniform(s, [1 << 20] * 16)) * 1e6, 1)       # us, 1 MiB per pair
     573.4
     """
+    sizes = np.asarray(sizes)
+    if form == "aggregate" or (form == "auto" and len(system.ranks) > TABLE_MAX
+                               and sizes.ndim == 2 and sizes.strides[0] == 0):
+        rows = p2pform.classes(system, sizes[0])
+        if rows is not None:
+            net, lat, infl, rate, n = rows
+            none = np.zeros(len(net), dtype=np.int64)
+            t = Table(none, none, lat, infl, net, rate, none, ())
+            return _slowest(system, t, n, proto)
+        if form == "aggregate":
+            raise ValueError("the aggregate all-to-all needs a regular cluster "
+                             "(p2pform.regular)")
     t = table(system)
     if not len(t.i):
         return 0.0
-    n = np.asarray(sizes)[t.i, t.j].astype(np.int64)
+    return _slowest(system, t, sizes[t.i, t.j].astype(np.int64), proto)
+
+
+def _slowest(system: NcclSystem, t: Table, n: np.ndarray, proto: str) -> float:
+    """The slowest of ``t``'s sends of ``n`` bytes each (:func:`time`)."""
     eff = C.PROTOCOL_EFFICIENCY[proto]
     scale = t.inflation / eff
     wait = _waits(system, t, proto) + slot_waits(system, t, n, proto, eff)
