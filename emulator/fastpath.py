@@ -202,11 +202,30 @@ def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ran
     nb = scaled_bytes(op, nbytes, fast.ranks, p)
     sched = build_schedule(op, FORCE[a], p, nb, graph=small, protocol=proto,
                            channels=channels)
-    ratio = simulate(small, sched).time_s / sched.detail["nccl"]["predicted_s"]
+    ratio = simulate(small, sched).time_s / _small_form(
+        G, small, fast, nb, proto, p, sched.detail["nccl"]["predicted_s"])
     return FastResult(op, algorithm, fast.nbytes, fast.ranks, fast.time_s * ratio,
                       CALIBRATED_BOUND.get(a, max(CALIBRATED_BOUND.values())),
                       method=f"closed form x engine/closed form on {p} GPUs ({ratio:.3f})",
                       nccl=fast.nccl)
+
+
+def _small_form(G, small, fast: FastResult, nbytes: int, proto: str, p: int,
+                predicted: float) -> float:
+    """The closed form on ``small`` in the form ``G``'s was made (``predicted``, the plan's,
+    but for this): an all-to-all beyond
+    :data:`~emulator.collectives.nccl.p2p.TABLE_MAX` ranks is the aggregate one
+    (:mod:`emulator.collectives.nccl.p2pform`), so the calibration measures that form's
+    error, not the per-pair table's."""
+    from .collectives.nccl import NcclSystem, _a2a_sizes
+    from .collectives.nccl import p2p, p2pform
+
+    big = NcclSystem.of(G, range(fast.ranks))
+    if fast.nccl["algorithm"] == "P2P" and p2p.aggregated(big):
+        system = NcclSystem.of(small, range(p))
+        if p2pform.regular(system) is not None:
+            return p2p.time(system, _a2a_sizes(system, nbytes), proto, form="aggregate")
+    return predicted
 
 
 def smaller_cluster(spec: str, nodes: int):

@@ -79,3 +79,25 @@ def test_estimates_grow_with_the_work():
     assert fastpath.engine_seconds("NVLSTree", 2_000_000) > fastpath.engine_seconds("Ring", 2_000_000)
     assert fastpath.analysis_seconds(65536) > 8 * (fastpath.analysis_seconds(8192)
                                                    - fastpath.SECONDS_FIXED)
+
+
+def test_an_all_to_all_beyond_the_table_is_calibrated_in_its_own_form(monkeypatch):
+    """Beyond p2p.TABLE_MAX ranks the all-to-all's closed form is the aggregate one; its
+    calibration divides the small cluster's engine time by the aggregate form there too."""
+    from emulator.collectives.nccl import _a2a_sizes, p2p
+
+    monkeypatch.setattr(p2p, "TABLE_MAX", 32)
+    big = topologies.from_spec("cluster:dgx_a100x8,fabric=fat_tree")
+    small = topologies.from_spec("cluster:dgx_a100x4,fabric=fat_tree")
+    nb = 1 << 24
+    r = fastpath.calibrated_collective(big, "alltoall", "nccl", nb, small)
+    fast = fastpath.closed_form_collective(big, "alltoall", "nccl", nb)
+    s = NcclSystem.of(big, range(64))
+    assert fast.time_s == p2p.time(s, _a2a_sizes(s, nb), "Simple", form="aggregate")
+    sm = NcclSystem.of(small, range(32))
+    sched = emulator.build_schedule("alltoall", "nccl_p2p", 32, nb // 2, graph=small,
+                                    protocol="Simple")
+    engine = emulator.simulate(small, sched).time_s
+    agg = p2p.time(sm, _a2a_sizes(sm, nb // 2), "Simple", form="aggregate")
+    assert agg != p2p.time(sm, _a2a_sizes(sm, nb // 2), "Simple", form="table")
+    assert r.time_s == pytest.approx(fast.time_s * engine / agg, rel=1e-12)
