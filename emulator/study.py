@@ -312,6 +312,8 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                  f"{state['simulated']} collectives simulated, last {op} of {nbytes:,} B "
                  f"in {wall_s:.1f} s")
 
+    if progress is not None:            # never a silent wait: 8,192 GPUs take seconds here
+        progress(f"{task_label(task)}: building the topology and NCCL's analysis of it")
     G = _task_graph(spec, world_size)
     net = Network(G, world_size, cfg.algorithm,
                   on_simulated=None if progress is None else on_simulated,
@@ -322,6 +324,8 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
         return sharded_task(cfg, G, net, compute, combos, state, str(G.graph.get("name", spec)))
     if not cfg.exact:
         # the sweep needs every size of the task at once to pick which ones to simulate
+        if progress is not None:
+            progress(f"{task_label(task)}: choosing NCCL's algorithm for each collective size")
         net.prefetch([r for bits, transport in combos for r in collective_requests(
             cfg.trace, net, transport, bits if TRANSPORTS[transport].compressed else None,
             compute.grad_bytes)])
