@@ -9,10 +9,11 @@ nothing behind. Errors name the path as the user gave it.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import tempfile
 
-__all__ = ["output_file", "output_dir"]
+__all__ = ["output_file", "output_dir", "write_json"]
 
 
 def _check_folder(folder: str, given: str) -> None:
@@ -51,3 +52,12 @@ def output_dir(text: str) -> str:
         raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder")
     _check_folder(os.path.abspath(text), text)
     return text
+
+
+def write_json(path: str, doc) -> None:
+    """Write ``doc`` as indented JSON to ``path`` (checked by :func:`output_file`), making its
+    folders first: the one way the commands write their ``--out`` documents."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as fh:
+        json.dump(doc, fh, indent=1)
+        fh.write("\n")

@@ -21,7 +21,7 @@ import sys
 
 from qsgd_emu import computeargs
 from qsgd_emu.commands.study import int_list, _names
-from qsgd_emu.outputs import output_file
+from qsgd_emu.outputs import output_file, write_json
 
 TRANSPORTS = ("qsgd_allgather", "qsgd_scatter_reduce_allgather")
 
@@ -153,10 +153,7 @@ def _strategies(args, trace) -> int:
     names = None if args.parallelism == "auto" else _names(args.parallelism)
     out = []
     for w in args.world_sizes:
-        G = emulator.topology_for(args.topology, w)
-        compute = emulator.ComputeModel.for_topology(G, trace, device=args.device,
-                                                     batch_size=args.batch_size,
-                                                     precision=args.precision, codec=args.codec)
+        G, compute = _cluster(args, trace, w)
         has_variance = all(b.variance is not None for b in trace.buckets)
         budget = _budget(args, trace, w) if has_variance or args.max_bits_per_element else None
         choice = emulator.recommend_strategy(trace, G, world_size=w, compute=compute,
@@ -180,14 +177,21 @@ def _strategies(args, trace) -> int:
     doc = {"model": trace.model, "topology": args.topology,
            "strategies": [c.to_dict() for c in out]}
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.write("\n")
+        write_json(args.out, doc)
     if args.json:
         print(json.dumps(doc, indent=1))
     del qsgd
     return 0
+
+
+def _cluster(args, trace, world_size: int):
+    """The topology at ``world_size`` GPUs and the compute model the options ask for on it."""
+    import emulator
+
+    G = emulator.topology_for(args.topology, world_size)
+    return G, emulator.ComputeModel.for_topology(G, trace, device=args.device,
+                                                 batch_size=args.batch_size,
+                                                 precision=args.precision, codec=args.codec)
 
 
 def run(args) -> int:
@@ -205,10 +209,7 @@ def run(args) -> int:
         return _strategies(args, trace)
     out = []
     for w in args.world_sizes:
-        G = emulator.topology_for(args.topology, w)
-        compute = emulator.ComputeModel.for_topology(G, trace, device=args.device,
-                                                     batch_size=args.batch_size,
-                                                     precision=args.precision, codec=args.codec)
+        G, compute = _cluster(args, trace, w)
         progress = None if args.json else (lambda msg, w=w: print(f"  {w} GPUs: {msg}", file=sys.stderr,
                                                                    flush=True))
         rec = emulator.recommend(trace, G, world_size=w, budget=_budget(args, trace, w),
@@ -224,10 +225,7 @@ def run(args) -> int:
            "precision": compute.precision, "batch_size": compute.batch_size,
            "recommendations": [r.to_dict() for r in out]}
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(doc, fh, indent=1)
-            fh.write("\n")
+        write_json(args.out, doc)
         if not args.json:
             print(f"wrote {args.out}")
     if args.json:

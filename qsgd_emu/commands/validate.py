@@ -35,7 +35,7 @@ import json
 import os
 import sys
 
-from qsgd_emu.outputs import output_dir, output_file
+from qsgd_emu.outputs import output_dir, output_file, write_json
 from qsgd_emu.progress import counted
 
 
@@ -289,9 +289,7 @@ def _calibrate(args) -> int:
                     predictor=args.predictor)
     d = cal.to_dict()
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
-            json.dump(d, f, indent=1)
+        write_json(args.out, d)
     if args.json:
         print(json.dumps(d))
     else:
@@ -371,10 +369,7 @@ def _compute(args) -> int:
     out = validate_compute(args.cases, ids=set(args.ids.split(",")) if args.ids else None,
                            progress=counted("validate compute", "cases"))
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w", encoding="utf-8") as fh:
-            json.dump(out, fh, indent=1)
-            fh.write("\n")
+        write_json(args.out, out)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
