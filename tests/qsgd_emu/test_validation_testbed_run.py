@@ -13,13 +13,17 @@ OK, WHY = available()
 pytestmark = [pytest.mark.netns, pytest.mark.slow,
               pytest.mark.skipif(not OK, reason=f"testbed unavailable: {WHY}")]
 
-RATE = 12.5e6        # 100 Mbit/s: slow enough that the model is communication-bound
+# 50 Mbit/s: slow enough that the steps stay communication-bound when the host is busy. Three
+# ranks share two cores in CI; at 100 Mbit/s their contended backward and codec were 15-25 % of a
+# QSGD step and the 4-bit speedup error reached 0.26 on a loaded host (0.15 quiet); at 50 Mbit/s
+# it measured 0.01 quiet and 0.03 beside two CPU hogs (benchmarks/RESULTS.md).
+RATE = 6.25e6
 
 
 @pytest.fixture(scope="module")
 def trace(tmp_path_factory):
     out = tmp_path_factory.mktemp("tb") / "trace.json"
-    rc = main(["validate", "testbed", "--hosts", "3", "--rate", "100Mbit", "--out", str(out),
+    rc = main(["validate", "testbed", "--hosts", "3", "--rate", "50Mbit", "--out", str(out),
                "--min-bytes", "1KiB", "--max-bytes", "4MiB", "--factor", "4", "--warmup", "1",
                "--iters", "5", "--train-bits", "4", "--width", "512", "--depth", "3",
                "--batch-size", "8", "--bucket-cap-mb", "1", "--train-warmup", "2",
@@ -32,7 +36,7 @@ def trace(tmp_path_factory):
 def test_trace_records_the_testbed(trace):
     env = trace.environment
     assert env["world_size"] == 3 and env["hosts"] == ["h0", "h1", "h2"]
-    assert env["topology"] == "switch:3,bw=100Mbit,link=ethernet"
+    assert env["topology"] == "switch:3,bw=50Mbit,link=ethernet"
     # the links are shaped: a 4 MiB ring allreduce cannot beat 2(p-1)/p * n / rate
     ar = max(trace.points("allreduce"), key=lambda c: c.bytes)
     bound = 2 * 2 / 3 * ar.bytes / RATE
