@@ -36,12 +36,15 @@ set order.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import simpy
 
 from . import events as _events
 from . import flows as _flows
 from . import maxmin as _maxmin
+from . import symmetry as _symmetry
 from ._jit import use_compiled
 from .collectives import Schedule, build_schedule
 from .critical_path import contention_free
@@ -189,7 +192,7 @@ def _derived(net: _Network, schedule: Schedule) -> dict:
     """What the event loop reads of a schedule's structure (never written by it). Kept with
     ``net``, which serves only schedules of this :attr:`~emulator.Schedule.structure`
     (:meth:`emulator.netpaths.Network.of`): a collective's other sizes reuse it."""
-    if net.derived:
+    if "paths" in net.derived:
         return net.derived
     n = len(schedule)
     queued = schedule.after >= 0
@@ -261,7 +264,8 @@ def _tolerance(exact, tolerance) -> float:
 
 
 def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=None,
-             progress=None, _force_events: bool = False) -> CollectiveResult:
+             progress=None, symmetry: bool = True,
+             _force_events: bool = False) -> CollectiveResult:
     """Run ``schedule`` over topology ``G`` and return what happened.
 
     Parameters
@@ -283,6 +287,10 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
     progress : callable, optional
         ``progress(arrived, total)``: transfers arrived so far, called every
         :data:`EVENTS_PER_STEP` events of the event loop (for a command's progress line).
+    symmetry : bool
+        True (default): where a shift of the ranks maps the schedule and its paths onto
+        themselves (:mod:`emulator.symmetry`), simulate one transfer per class of equivalent
+        ones; exact, and named by the result's ``copies``. False: every transfer.
 
     Returns
     -------
@@ -336,11 +344,53 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
         if fast is not None:
             return _result(schedule, net, fast["start_s"], fast["arrive_s"], fast["bytes"],
                            fast["busy_s"], fast["peak"], events=0)
+    if not isinstance(symmetry, bool):
+        raise ConfigError(f"symmetry={symmetry!r} must be True or False")
+    if symmetry and not delays:
+        reduced = _reduced(net, schedule)
+        if reduced is not None:
+            return _simulate_reduced(net, schedule, *reduced, rel_d, progress)
     run = _Run(net, schedule, earliest, tolerance=rel_d, progress=progress)
     env = simpy.Environment()
     env.process(run.process(env))
     env.run()
     return run.result()
+
+
+def _reduced(net: _Network, schedule: Schedule):
+    """(symmetry, quotient network) of ``schedule`` on ``net``, found once per schedule
+    structure and kept with ``net``; None when no shift holds or the sizes break it."""
+    kept = net.derived.get("symmetry", False)
+    if kept is False:
+        sym = _symmetry.find(net, schedule)
+        kept = None if sym is None else (sym, _symmetry.QuotientNetwork(net, sym))
+        net.derived["symmetry"] = kept
+    if kept is None or not kept[0].holds_for(schedule):
+        return None
+    return kept
+
+
+def _simulate_reduced(net: _Network, schedule: Schedule, sym, qnet, rel_d, progress):
+    """Simulate the classes' representatives on the quotient network; every transfer takes
+    its representative's times and every channel its class's busy time and peak load."""
+    q = _symmetry.QuotientSchedule(schedule, sym)
+    n = sym.copies
+    scaled = None if progress is None else (lambda done, total: progress(done * n, total * n))
+    run = _Run(qnet, q, np.zeros(len(q)), tolerance=rel_d, progress=scaled)
+    env = simpy.Environment()
+    env.process(run.process(env))
+    env.run()
+    if int(run.clock.counts[1]) != len(q):
+        return run.result()                  # raises: which transfers never ran
+    cls = sym.class_of
+    used = sym.chan_class >= 0
+    busy = np.zeros(len(net.capacity))
+    peak = np.zeros(len(net.capacity))
+    busy[used] = run.state.busy[sym.chan_class[used]]
+    peak[used] = run.state.peak[sym.chan_class[used]]
+    res = _result(schedule, net, run.clock.start[cls], run.clock.arrive[cls],
+                  net.channel_bytes(schedule), busy, peak, run.events)
+    return dataclasses.replace(res, copies=n)
 
 
 #: The engine's two compiled paths, as :func:`warm_up` names them.

@@ -58,6 +58,10 @@ class CollectiveResult:
         Steps of the event engine (rate recomputations happen only at flow starts and ends);
         0 when no two flows ever shared a channel and the contention-free pass
         (:mod:`emulator.critical_path`) gave the times without stepping.
+    copies : int
+        Equivalent transfers each simulated one stood for: 1 when every transfer was
+        simulated, ``n`` when a shift of the ranks mapped the schedule onto itself and one
+        transfer per class of ``n`` ran (:mod:`emulator.symmetry`; exact).
     """
 
     op: str
@@ -72,6 +76,7 @@ class CollectiveResult:
     bytes_sent: int
     bytes_received: int
     events: int = 0
+    copies: int = 1
 
     @property
     def algbw(self) -> float:
@@ -98,6 +103,7 @@ class CollectiveResult:
             "op": self.op, "algorithm": self.algorithm, "nbytes": self.nbytes,
             "ranks": list(self.ranks), "time_s": self.time_s, "algbw": self.algbw,
             "busbw": self.busbw, "flows": self.flows, "events": self.events,
+            "copies": self.copies,
             "bytes_sent": self.bytes_sent, "bytes_received": self.bytes_received,
             "timeline": [{"rank": r, "start_s": s, "finish_s": f}
                          for r, s, f in zip(self.ranks, self.rank_start_s, self.rank_finish_s)],

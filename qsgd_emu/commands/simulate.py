@@ -308,7 +308,13 @@ def format_result(result, topology: str, faults: list, top: int, choice: dict | 
     ]
     if choice:
         rows.insert(2, ("chosen", describe_choice(choice)))
-    rows.insert(2 + bool(choice), ("method", "engine: every transfer simulated"))
+    if result.copies > 1:
+        method = (f"engine, one transfer per class of {result.copies:,} equivalent ones "
+                  f"(a shift of {p // result.copies:,} ranks maps the schedule and its links "
+                  f"onto themselves; exact)")
+    else:
+        method = "engine: every transfer simulated"
+    rows.insert(2 + bool(choice), ("method", method))
     if faults:
         rows.insert(2, ("faults", "; ".join(_describe(f) for f in faults)))
     width = max(len(k) for k, _ in rows)

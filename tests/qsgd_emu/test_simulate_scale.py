@@ -101,3 +101,14 @@ def test_simulate_speaks_while_it_works(monkeypatch):
                             "--bytes", "64MB"])           # congested: the event loop runs
     assert code == 0, err
     assert seen and seen[-1] == 1.0
+
+
+def test_a_symmetric_ring_says_it_simulated_one_transfer_per_class():
+    args = ["simulate", "--topology", "cluster:dgx_h100x4,fabric=rail", "--op", "allgather",
+            "--algorithm", "nccl_ring", "--bytes", "16MB"]
+    code, out, err = run_cli(args)
+    assert code == 0, err
+    assert "one transfer per class of 4 equivalent ones (a shift of 8 ranks" in out
+    code, js, _ = run_cli(args + ["--json"])
+    res = json.loads(js)
+    assert res["copies"] == 4 and res["method"] == "engine"
