@@ -407,15 +407,18 @@ def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:
     for r in ring.order:                    # one pass: a pass per node was quadratic
         per_node[system.node_of(r)].append(r)
     H = len(per_node)
+    # Both trees share the chains through the nodes: made once, copied per tree (a tree
+    # replaces a head's entries, never changes a list in place).
+    chain_parent, chain_children, chain_stops = {}, {}, {}
+    for h, chain in enumerate(per_node):
+        for i, r in enumerate(chain):
+            chain_parent[r] = chain[i - 1] if i else -1
+            chain_children[r] = [chain[i + 1]] if i + 1 < len(chain) else []
+            if i:
+                chain_stops[(chain[i - 1], r)] = system.intra_stops(chain[i - 1], r)
     out = []
     for parent_h, children_h in textbook_tree.double_btree(H) if H > 1 else [([-1], [[]])] * 2:
-        parent, children, stops = {}, {}, {}
-        for h, chain in enumerate(per_node):
-            for i, r in enumerate(chain):
-                parent[r] = chain[i - 1] if i else -1
-                children[r] = [chain[i + 1]] if i + 1 < len(chain) else []
-                if i:
-                    stops[(chain[i - 1], r)] = system.intra_stops(chain[i - 1], r)
+        parent, children, stops = dict(chain_parent), dict(chain_children), dict(chain_stops)
         for h in range(H):
             head = per_node[h][0]
             if parent_h[h] >= 0:
