@@ -173,7 +173,8 @@ def _entry_exit(system: NcclSystem, nic: str, c: int) -> tuple:
     alternating which one enters so that each GPU's PCIe link carries one way of one channel."""
     near = system.near[nic]
     lat = system.latency
-    best = [r for r in near if lat(nic, system.gpu(r)) <= lat(nic, system.gpu(near[0])) * (1 + 1e-9)]
+    bound = lat(nic, system.gpu(near[0])) * (1 + 1e-9)
+    best = [r for r in near if lat(nic, system.gpu(r)) <= bound]
     if len(near) == 1:
         return near[0], near[0]
     if len(best) >= 2:
@@ -222,9 +223,9 @@ def _balance(system: NcclSystem, rings: list) -> list:
     router = system.router
     load: dict = {}
     out = []
-    kind = system.G.nodes
-    legs = [[next((i for i in range(len(st) - 1) if kind[st[i]].get("kind") == "nic"
-                   and kind[st[i + 1]].get("kind") == "nic"), None) for st in rg.stops]
+    nic = system.nic_nodes
+    legs = [[next((i for i in range(len(st) - 1) if st[i] in nic and st[i + 1] in nic), None)
+             for st in rg.stops]
             for rg in rings]
     router.prove_routes([st[k:k + 2] for rg, ks in zip(rings, legs)
                          for st, k in zip(rg.stops, ks) if k is not None])
