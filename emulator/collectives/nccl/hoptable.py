@@ -129,9 +129,9 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
     leg by leg as the system joins them (:meth:`.NcclSystem.leg`), without a Hop object
     per hop: 295,000 such hops on 65,536 GPUs. A leg inside one machine comes from its
     kind's template (:meth:`.NcclSystem.leg_template`), its channel numbers kept per
-    machine; any other from the router, once per leg and flow. Per hop the latency is
-    summed leg by leg from 0.0 and the bottlenecks are the least of the legs' (the same
-    additions and minima as the Hop's).
+    machine; any other from the router (not kept: a tree's legs across machines do not
+    repeat). Per hop the latency is summed leg by leg from 0.0 and the bottlenecks are the
+    least of the legs' (the same additions and minima as the Hop's).
 
     Returns
     -------
@@ -142,30 +142,29 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
     """
     place = system._place.get
     ids_of = system.channel_ids
-    inside: dict = {}           # (kind, position, position, machine) -> leg facts or None
-    routed: dict = {}           # (node, node, flow) -> leg facts
+    channels, route_leg = system.router.channels, system._leg
+    inside: dict = {}           # (node, node) -> facts of its machine's leg, None: routed
     lat, raw, use, net, lens, ids, bws = [], [], [], [], [], [], []
     inf = float("inf")
     for i in which:
         st, f = stops[i], flows[i]
         t_lat, t_raw, t_use, t_net, at = 0.0, inf, inf, False, len(ids)
         for a, b in zip(st, st[1:]):
-            leg = None
-            pa, pb = place(a), place(b)
-            if pa is not None and pb is not None and pa[1] is pb[1]:
-                key = (id(pa[0]), pa[2], pb[2], id(pa[1]))
-                leg = inside.get(key, False)
-                if leg is False:
+            key = (a, b)
+            leg = inside.get(key, False)
+            if leg is False:
+                leg = None
+                pa, pb = place(a), place(b)
+                if pa is not None and pb is not None and pa[1] is pb[1]:
                     tmpl = system.leg_template(a, b)
-                    nodes = pa[1]
-                    leg = inside[key] = None if tmpl is None else _facts(
-                        ids_of(tuple((nodes[u], nodes[v]) for u, v in tmpl[0])), *tmpl[1:])
-            if leg is None:
-                key = (a, b, f)
-                leg = routed.get(key)
-                if leg is None:
-                    c, *rest = system.leg(a, b, f)
-                    leg = routed[key] = _facts(ids_of(c), *rest)
+                    if tmpl is not None:
+                        nodes = pa[1]
+                        leg = _facts(ids_of(tuple((nodes[u], nodes[v]) for u, v in tmpl[0])),
+                                     *tmpl[1:])
+                inside[key] = leg
+            if leg is None:     # the router's, as NcclSystem.leg routes it (each once here)
+                c, *rest = route_leg(tuple(channels(a, b, f)))
+                leg = _facts(ids_of(c), *rest)
             t_lat += leg[1]
             if leg[2] < t_raw:
                 t_raw = leg[2]
