@@ -211,11 +211,10 @@ def test_hops_across_machines_equal_the_systems_hops(spec):
     number = dict(zip(links, t.ids.tolist()))
     assert len(number) == len(set(number.values()))
     assert [number[c] for c in links] == t.ids.tolist()
-    # a builder asking the system for these hops next gets the same Hops (from the legs kept)
+    # a builder asking the system for these hops next gets the same Hops (its legs kept)
     def facts(h):
         return h.channels, h.latency, h.raw, h.usable, h.net, h.bandwidths
 
-    assert s._joined_legs
     again = [s.hop(st, f) for st, f in zip(stops, flows)]
     assert [facts(h) for h in again] == [facts(h) for h in hops]
     assert [h.ids for h in again] == [tuple(number[c] for c in h.channels) for h in again]

@@ -129,9 +129,9 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
     leg by leg as the system joins them (:meth:`.NcclSystem.leg`), without a Hop object
     per hop: 295,000 such hops on 65,536 GPUs. A leg inside one machine comes from its
     kind's template (:meth:`.NcclSystem.leg_template`), its channel numbers kept per
-    machine; any other from the router, kept with the system's legs. Per hop the latency is
-    summed leg by leg from 0.0 and the bottlenecks are the least of the legs' (the same
-    additions and minima as the Hop's).
+    machine; any other from the router (not kept: a tree's legs across machines do not
+    repeat). Per hop the latency is summed leg by leg from 0.0 and the bottlenecks are the
+    least of the legs' (the same additions and minima as the Hop's).
 
     Returns
     -------
@@ -143,17 +143,12 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
     place = system._place.get
     ids_of = system.channel_ids
     channels, route_leg = system.router.channels, system._leg
-    # the system's own table of legs: a schedule's builder asks the same hops next
-    # (NcclSystem.hop), and finds their legs there instead of routing them again
-    routed = system._legs
     inside: dict = {}           # (node, node) -> facts of its machine's leg, None: routed
     lat, raw, use, net, lens, ids, bws = [], [], [], [], [], [], []
     inf = float("inf")
-    keep = system.keep_legs
     for i in which:
         st, f = stops[i], flows[i]
         t_lat, t_raw, t_use, t_net, at = 0.0, inf, inf, False, len(ids)
-        legs = []
         for a, b in zip(st, st[1:]):
             key = (a, b)
             leg = inside.get(key, False)
@@ -164,15 +159,12 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
                     tmpl = system.leg_template(a, b)
                     if tmpl is not None:
                         nodes = pa[1]
-                        c = tuple((nodes[u], nodes[v]) for u, v in tmpl[0])
-                        leg = _facts(ids_of(c), (c, *tmpl[1:]), *tmpl[1:])
+                        leg = _facts(ids_of(tuple((nodes[u], nodes[v]) for u, v in tmpl[0])),
+                                     *tmpl[1:])
                 inside[key] = leg
-            if leg is None:     # the router's, as NcclSystem.leg routes and keeps it
-                got = routed.get((a, b, f))
-                if got is None:
-                    got = routed[(a, b, f)] = route_leg(tuple(channels(a, b, f)))
-                leg = _facts(ids_of(got[0]), got, *got[1:])
-            legs.append(leg[6])
+            if leg is None:     # the router's, as NcclSystem.leg routes it (each once here)
+                c, *rest = route_leg(tuple(channels(a, b, f)))
+                leg = _facts(ids_of(c), *rest)
             t_lat += leg[1]
             if leg[2] < t_raw:
                 t_raw = leg[2]
@@ -186,14 +178,13 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
         use.append(t_use)
         net.append(t_net)
         lens.append(len(ids) - at)
-        keep(st, f, legs)
     return lat, raw, use, net, lens, ids, bws
 
 
-def _facts(ids: tuple, leg: tuple, lat: float, bws: tuple, use: tuple, net: bool) -> tuple:
+def _facts(ids: tuple, lat: float, bws: tuple, use: tuple, net: bool) -> tuple:
     """A leg as :func:`_joined` adds it up: ``(channel numbers, latency, least bandwidth,
-    least usable bandwidth, network, bandwidths, the leg as NcclSystem.leg gives it)``."""
-    return ids, lat, min(bws), min(use), net, bws, leg
+    least usable bandwidth, network, bandwidths)``."""
+    return ids, lat, min(bws), min(use), net, bws
 
 
 def _channel_row(system: NcclSystem, key: tuple, pairs: tuple, machine: int) -> tuple:

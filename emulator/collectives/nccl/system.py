@@ -99,8 +99,6 @@ class NcclSystem:
     _flowless: dict = field(default_factory=dict, repr=False, compare=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
     _legs: dict = field(default_factory=dict, repr=False, compare=False)
-    #: (stops, flow) -> the legs of a hop joined in bulk (.hoptable), its Hop made when asked
-    _joined_legs: dict = field(default_factory=dict, repr=False, compare=False)
     #: (node, node) -> :meth:`_in_machine` of the pair (None: not from a template)
     _inside: dict = field(default_factory=dict, repr=False, compare=False)
     #: directed link -> (bandwidth, latency, usable bandwidth, network link) for :meth:`_leg`
@@ -439,20 +437,9 @@ class NcclSystem:
                 if hit is not None:
                     self._flowless[key[0]] = hit
                 else:
-                    legs = self._joined_legs.pop(key, None)
-                    hit = self._hop(key[0], flow) if legs is None else self._hop_of_legs(legs)
+                    hit = self._hop(key[0], flow)
             self._hops[key] = hit
         return hit
-
-    def keep_legs(self, stops: tuple, flow: int, legs: list) -> None:
-        """Keep the :meth:`leg` facts of a hop that :mod:`.hoptable` joined without a Hop:
-        a schedule's builder that asks :meth:`hop` of it next gets its Hop from them,
-        not from the router again."""
-        self._joined_legs[(stops, flow)] = legs
-
-    def _hop_of_legs(self, legs: list) -> "Hop":
-        chans, lat, bws, use, net = self._joined(legs)
-        return Hop(chans, lat, min(bws), min(use), net, bws, self._ids(chans))
 
     def _machine_hop(self, stops: tuple):
         """The :class:`Hop` of two GPUs (or a GPU and a NIC) of one machine from its kind's
