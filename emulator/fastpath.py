@@ -42,7 +42,9 @@ ERROR_BOUND = {"Ring": 0.29, "Tree": 0.31, "NVLSTree": 0.40}
 #: machine (benchmarks/RESULTS.md): an estimate for choosing and for progress, not a promise.
 SECONDS_PER_TRANSFER = {"Ring": 6e-6, "Tree": 20e-6, "NVLS": 20e-6, "NVLSTree": 40e-6,
                         "P2P": 15e-6, None: 10e-6}
-SECONDS_PER_GPU = 2.5e-3
+#: Per GPU: 8,192-GPU clusters answer in 8-10 s, 65,536 in 45-50 s on a busy machine
+#: (RESULTS.md, 2026-12-06); 2.5 ms before the analysis was made per kind of machine.
+SECONDS_PER_GPU = 1.0e-3
 #: Fixed costs: importing the engine's kernels, building the graph.
 SECONDS_FIXED = 1.5
 
@@ -103,7 +105,7 @@ def _names():
 
 
 def closed_form_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None,
-                           protocol=None, channels=None) -> FastResult:
+                           protocol=None, channels=None, system=None) -> FastResult:
     """``op`` of ``nbytes`` on ``G`` by NCCL's closed form for its choice (or the NCCL
     algorithm named), without building or simulating a schedule.
 
@@ -120,6 +122,9 @@ def closed_form_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=Non
         GPUs 0..ranks-1 (default every GPU).
     protocol, channels
         As :func:`emulator.build_schedule` takes them.
+    system : emulator.NcclSystem, optional
+        ``G``'s analysis for these ranks when the caller has it: looking it up again
+        fingerprints the whole graph (1.7 s on 65,536 GPUs).
 
     Returns
     -------
@@ -143,7 +148,7 @@ def closed_form_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=Non
 
     n = len(topologies.gpus(G)) if ranks is None else int(ranks)
     p = plan(G, op, nbytes, range(n), algo=names[algorithm], proto=protocol,
-             channels=channels)
+             channels=channels, system=system)
     return FastResult(op, algorithm, int(nbytes), n, p.predicted_s,
                       ERROR_BOUND.get(p.algorithm, max(ERROR_BOUND.values())), nccl=p.to_dict())
 
@@ -167,7 +172,7 @@ def scaled_bytes(op: str, nbytes: int, ranks: int, small: int) -> int:
 
 
 def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ranks=None,
-                          protocol=None, channels=None) -> FastResult:
+                          protocol=None, channels=None, system=None) -> FastResult:
     """The closed form on ``G`` times the engine's time over the closed form's on ``small``,
     a smaller cluster of the same machines and fabric, for NCCL's choice on ``G`` forced on
     both: what NCCL's model leaves out (pipeline fill between NVLS and tree stages, ECMP
@@ -176,7 +181,7 @@ def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ran
 
     Parameters
     ----------
-    G, op, algorithm, nbytes, ranks, protocol, channels
+    G, op, algorithm, nbytes, ranks, protocol, channels, system
         As :func:`closed_form_collective`.
     small : networkx.Graph
         The smaller cluster (every GPU takes part).
@@ -196,14 +201,14 @@ def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ran
     from .engine import simulate
 
     fast = closed_form_collective(G, op, algorithm, nbytes, ranks=ranks, protocol=protocol,
-                                  channels=channels)
+                                  channels=channels, system=system)
     a, proto = fast.nccl["algorithm"], fast.nccl["protocol"]
     p = len(topologies.gpus(small))
     nb = scaled_bytes(op, nbytes, fast.ranks, p)
     sched = build_schedule(op, FORCE[a], p, nb, graph=small, protocol=proto,
                            channels=channels)
     ratio = simulate(small, sched).time_s / _small_form(
-        G, small, fast, nb, proto, p, sched.detail["nccl"]["predicted_s"])
+        G, small, fast, nb, proto, p, sched.detail["nccl"]["predicted_s"], system)
     return FastResult(op, algorithm, fast.nbytes, fast.ranks, fast.time_s * ratio,
                       CALIBRATED_BOUND.get(a, max(CALIBRATED_BOUND.values())),
                       method=f"closed form x engine/closed form on {p} GPUs ({ratio:.3f})",
@@ -211,7 +216,7 @@ def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ran
 
 
 def _small_form(G, small, fast: FastResult, nbytes: int, proto: str, p: int,
-                predicted: float) -> float:
+                predicted: float, big=None) -> float:
     """The closed form on ``small`` in the form ``G``'s was made (``predicted``, the plan's,
     but for this): an all-to-all beyond
     :data:`~emulator.collectives.nccl.p2p.TABLE_MAX` ranks is the aggregate one
@@ -220,8 +225,11 @@ def _small_form(G, small, fast: FastResult, nbytes: int, proto: str, p: int,
     from .collectives.nccl import NcclSystem, _a2a_sizes
     from .collectives.nccl import p2p, p2pform
 
-    big = NcclSystem.of(G, range(fast.ranks))
-    if fast.nccl["algorithm"] == "P2P" and p2p.aggregated(big):
+    if fast.nccl["algorithm"] != "P2P":
+        return predicted
+    if big is None:
+        big = NcclSystem.of(G, range(fast.ranks))
+    if p2p.aggregated(big):
         system = NcclSystem.of(small, range(p))
         if p2pform.regular(system) is not None:
             return p2p.time(system, _a2a_sizes(system, nbytes), proto, form="aggregate")
@@ -349,6 +357,6 @@ def analysis_seconds(n_gpus: int) -> float:
     Examples
     --------
     >>> round(analysis_seconds(8192), 1)
-    22.0
+    9.7
     """
     return SECONDS_FIXED + SECONDS_PER_GPU * n_gpus

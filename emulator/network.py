@@ -171,10 +171,11 @@ class Network:
         spec = self.name if self.world_size == len(system._gpu) else ""
         small, _ = fastpath.calibration_cluster(spec, system, choice, n_tr)
         if small is not None:
-            res = fastpath.calibrated_collective(self.G, op, algorithm, int(nbytes), small)
+            res = fastpath.calibrated_collective(self.G, op, algorithm, int(nbytes), small,
+                                                 system=system)
         else:
             res = fastpath.closed_form_collective(self.G, op, algorithm, int(nbytes),
-                                                  ranks=self.world_size)
+                                                  ranks=self.world_size, system=system)
         self.closed_form.add((op, algorithm, int(nbytes), None))
         from .collectives.nccl import _payload
 

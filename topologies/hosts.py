@@ -57,15 +57,15 @@ def machine_signature(G: nx.Graph, nodes, *, skip=("host",), shift=None) -> tupl
         desc.append(tuple(sorted((k, (v - shift[k]) if k in shift else v)
                                  for k, v in d.items() if k not in skip)))
     inside, outside = [], []
+    adj = G._adj            # the graph's own table: its views cost a second on 8,192 machines
     for n in nodes:
         i = pos[n]
-        for m, d in G.adj[n].items():
-            attrs = tuple(sorted(d.items()))
+        for m, d in adj[n].items():
             j = pos.get(m)
             if j is None:
-                outside.append((i, attrs))
-            elif i < j:
-                inside.append((i, j, attrs))
+                outside.append((i, tuple(sorted(d.items()))))
+            elif i < j:     # each inside link once, from its lower end
+                inside.append((i, j, tuple(sorted(d.items()))))
     return (tuple(desc), tuple(sorted(inside)), tuple(sorted(outside)))
 
 

@@ -213,6 +213,8 @@ def parse_faults(args, G, nranks: int) -> list:
     """
     import emulator
 
+    if not any(getattr(args, option.lstrip("-")) for option in _FAULT_FORMS):
+        return []           # no working copy: copying 65,536 GPUs' graph takes seconds
     order = topologies.gpus(G)
     work = G.copy()
     faults = []
@@ -479,10 +481,12 @@ def _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels, b
                     fastpath.CALIBRATION_S)
         if small is not None:
             fast = fastpath.calibrated_collective(G, args.op, args.algorithm, nbytes, small,
-                                                  protocol=args.protocol, channels=channels)
+                                                  protocol=args.protocol, channels=channels,
+                                                  system=system)
         else:
             fast = fastpath.closed_form_collective(G, args.op, args.algorithm, nbytes,
-                                                   protocol=args.protocol, channels=channels)
+                                                   protocol=args.protocol, channels=channels,
+                                                   system=system)
         if args.json:
             out = fast.to_dict()
             out.update(topology=name, time_us=fast.time_s * 1e6)

@@ -179,3 +179,42 @@ def test_ring_hops_equal_the_hop_by_hop_ones(spec):
         k += len(hs)
         for a, b in zip(got, want):
             assert a.dtype == b.dtype and a.tolist() == b.tolist()
+
+
+@pytest.mark.parametrize("spec", ["cluster:dgx_h100x6,fabric=rail,nodes_per_unit=2",
+                                  "cluster:dgx_a100x5,fabric=leaf_spine,hosts_per_leaf=2",
+                                  "cluster:dgx_a100x5,fabric=fat_tree"])
+def test_hops_across_machines_equal_the_systems_hops(spec):
+    """The hops without a template (across machines, in both directions, on several flows)
+    leg by leg in bulk: the facts of NcclSystem.hop, bit for bit, and the same links."""
+    G = topologies.from_spec(spec)
+    n = len(topologies.gpus(G))
+    s = NcclSystem.of(G, range(n))
+    ref = NcclSystem._analyse(G, tuple(range(n)))
+    stops, flows = [], []
+    for rg in channel_rings(s):
+        for tree in channel_trees(s, rg):
+            for st in tree.stops.values():
+                stops += [st, st[::-1]]
+                flows += [tree.flow, tree.flow + 3]
+    t = hop_table(s, stops, flows)
+    hops = [ref.hop(st, f) for st, f in zip(stops, flows)]
+    assert sum(h.net for h in hops) >= 100                       # there are such hops
+    assert t.latency.tolist() == [h.latency for h in hops]
+    assert t.raw.tolist() == [h.raw for h in hops]
+    assert t.usable.tolist() == [h.usable for h in hops]
+    assert t.net.tolist() == [h.net for h in hops]
+    assert t.bandwidths.tolist() == [b for h in hops for b in h.bandwidths]
+    assert t.lens.tolist() == [len(h.channels) for h in hops]
+    # channel numbers: one per directed link, whatever order they were given in
+    links = [c for h in hops for c in h.channels]
+    number = dict(zip(links, t.ids.tolist()))
+    assert len(number) == len(set(number.values()))
+    assert [number[c] for c in links] == t.ids.tolist()
+    # a builder asking the system for these hops next gets the same Hops (its legs kept)
+    def facts(h):
+        return h.channels, h.latency, h.raw, h.usable, h.net, h.bandwidths
+
+    again = [s.hop(st, f) for st, f in zip(stops, flows)]
+    assert [facts(h) for h in again] == [facts(h) for h in hops]
+    assert [h.ids for h in again] == [tuple(number[c] for c in h.channels) for h in again]

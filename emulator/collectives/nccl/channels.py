@@ -173,7 +173,8 @@ def _entry_exit(system: NcclSystem, nic: str, c: int) -> tuple:
     alternating which one enters so that each GPU's PCIe link carries one way of one channel."""
     near = system.near[nic]
     lat = system.latency
-    best = [r for r in near if lat(nic, system.gpu(r)) <= lat(nic, system.gpu(near[0])) * (1 + 1e-9)]
+    bound = lat(nic, system.gpu(near[0])) * (1 + 1e-9)
+    best = [r for r in near if lat(nic, system.gpu(r)) <= bound]
     if len(near) == 1:
         return near[0], near[0]
     if len(best) >= 2:
@@ -222,9 +223,9 @@ def _balance(system: NcclSystem, rings: list) -> list:
     router = system.router
     load: dict = {}
     out = []
-    kind = system.G.nodes
-    legs = [[next((i for i in range(len(st) - 1) if kind[st[i]].get("kind") == "nic"
-                   and kind[st[i + 1]].get("kind") == "nic"), None) for st in rg.stops]
+    nic = system.nic_nodes
+    legs = [[next((i for i in range(len(st) - 1) if st[i] in nic and st[i + 1] in nic), None)
+             for st in rg.stops]
             for rg in rings]
     router.prove_routes([st[k:k + 2] for rg, ks in zip(rings, legs)
                          for st, k in zip(rg.stops, ks) if k is not None])
@@ -407,15 +408,18 @@ def _channel_trees(system: NcclSystem, ring: Ring) -> tuple:
     for r in ring.order:                    # one pass: a pass per node was quadratic
         per_node[system.node_of(r)].append(r)
     H = len(per_node)
+    # Both trees share the chains through the nodes: made once, copied per tree (a tree
+    # replaces a head's entries, never changes a list in place).
+    chain_parent, chain_children, chain_stops = {}, {}, {}
+    for h, chain in enumerate(per_node):
+        for i, r in enumerate(chain):
+            chain_parent[r] = chain[i - 1] if i else -1
+            chain_children[r] = [chain[i + 1]] if i + 1 < len(chain) else []
+            if i:
+                chain_stops[(chain[i - 1], r)] = system.intra_stops(chain[i - 1], r)
     out = []
     for parent_h, children_h in textbook_tree.double_btree(H) if H > 1 else [([-1], [[]])] * 2:
-        parent, children, stops = {}, {}, {}
-        for h, chain in enumerate(per_node):
-            for i, r in enumerate(chain):
-                parent[r] = chain[i - 1] if i else -1
-                children[r] = [chain[i + 1]] if i + 1 < len(chain) else []
-                if i:
-                    stops[(chain[i - 1], r)] = system.intra_stops(chain[i - 1], r)
+        parent, children, stops = dict(chain_parent), dict(chain_children), dict(chain_stops)
         for h in range(H):
             head = per_node[h][0]
             if parent_h[h] >= 0:

@@ -103,12 +103,10 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
     # the fabric proves NIC-to-NIC legs in bulk (topologies.Router.prove_routes)
     system.router.prove_routes([leg for i in generic if len(stops[i]) > 2
                                 for leg in zip(stops[i], stops[i][1:])])
-    hops = []
-    for i in generic:
-        h = system.hop(stops[i], flows[i])
-        lat[i], raw[i], use[i], net[i] = h.latency, h.raw, h.usable, h.net
-        lens[i] = len(h.ids)
-        hops.append(h)
+    g_lat, g_raw, g_use, g_net, g_lens, g_ids, g_bws = _joined(system, stops, flows, generic)
+    if generic:
+        lat[generic], raw[generic], use[generic], net[generic] = g_lat, g_raw, g_use, g_net
+        lens[generic] = g_lens
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
     ids = np.empty(int(lens.sum()), dtype=np.int64)
     bws = np.empty(len(ids))
@@ -116,10 +114,77 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
         at = starts[idx][:, None] + np.arange(chans.shape[1])
         ids[at] = chans
         bws[at] = bw
-    for i, h in zip(generic, hops):
-        ids[starts[i]:starts[i] + lens[i]] = h.ids
-        bws[starts[i]:starts[i] + lens[i]] = h.bandwidths
+    if generic:                 # each generic hop's channels at its own place, in one go
+        g_lens = np.asarray(g_lens, dtype=np.int64)
+        shift = starts[generic] - np.concatenate(([0], np.cumsum(g_lens)[:-1]))
+        at = np.repeat(shift, g_lens) + np.arange(int(g_lens.sum()))
+        ids[at] = g_ids
+        bws[at] = g_bws
     return HopTable(lat, raw, use, net, lens, ids, bws)
+
+
+def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
+    """:meth:`.NcclSystem.hop` of ``stops[i]`` with ``flows[i]`` for every ``i`` of
+    ``which`` (hops without a template: NCCL's hops across machines, GPU, NIC, NIC, GPU),
+    leg by leg as the system joins them (:meth:`.NcclSystem.leg`), without a Hop object
+    per hop: 295,000 such hops on 65,536 GPUs. A leg inside one machine comes from its
+    kind's template (:meth:`.NcclSystem.leg_template`), its channel numbers kept per
+    machine; any other from the router (not kept: a tree's legs across machines do not
+    repeat). Per hop the latency is summed leg by leg from 0.0 and the bottlenecks are the
+    least of the legs' (the same additions and minima as the Hop's).
+
+    Returns
+    -------
+    tuple
+        Per hop of ``which``: latencies (s), line-rate and usable bottlenecks (bytes/s),
+        network flags, channel counts (lists); then the channel numbers and their
+        bandwidths of every hop, end to end (lists).
+    """
+    place = system._place.get
+    ids_of = system.channel_ids
+    channels, route_leg = system.router.channels, system._leg
+    inside: dict = {}           # (node, node) -> facts of its machine's leg, None: routed
+    lat, raw, use, net, lens, ids, bws = [], [], [], [], [], [], []
+    inf = float("inf")
+    for i in which:
+        st, f = stops[i], flows[i]
+        t_lat, t_raw, t_use, t_net, at = 0.0, inf, inf, False, len(ids)
+        for a, b in zip(st, st[1:]):
+            key = (a, b)
+            leg = inside.get(key, False)
+            if leg is False:
+                leg = None
+                pa, pb = place(a), place(b)
+                if pa is not None and pb is not None and pa[1] is pb[1]:
+                    tmpl = system.leg_template(a, b)
+                    if tmpl is not None:
+                        nodes = pa[1]
+                        leg = _facts(ids_of(tuple((nodes[u], nodes[v]) for u, v in tmpl[0])),
+                                     *tmpl[1:])
+                inside[key] = leg
+            if leg is None:     # the router's, as NcclSystem.leg routes it (each once here)
+                c, *rest = route_leg(tuple(channels(a, b, f)))
+                leg = _facts(ids_of(c), *rest)
+            t_lat += leg[1]
+            if leg[2] < t_raw:
+                t_raw = leg[2]
+            if leg[3] < t_use:
+                t_use = leg[3]
+            t_net = t_net or leg[4]
+            ids.extend(leg[0])
+            bws.extend(leg[5])
+        lat.append(t_lat)
+        raw.append(t_raw)
+        use.append(t_use)
+        net.append(t_net)
+        lens.append(len(ids) - at)
+    return lat, raw, use, net, lens, ids, bws
+
+
+def _facts(ids: tuple, lat: float, bws: tuple, use: tuple, net: bool) -> tuple:
+    """A leg as :func:`_joined` adds it up: ``(channel numbers, latency, least bandwidth,
+    least usable bandwidth, network, bandwidths)``."""
+    return ids, lat, min(bws), min(use), net, bws
 
 
 def _channel_row(system: NcclSystem, key: tuple, pairs: tuple, machine: int) -> tuple:

@@ -50,17 +50,19 @@ def _shape(tree) -> tuple:
     for x in order:
         order.extend(children.get(x, ()))
     pos = {r: k for k, r in enumerate(order)}
-    parent = np.fromiter((pos[tree.parent[a]] for a in order[1:]), dtype=np.int64,
-                         count=len(order) - 1)
-    depth = np.zeros(len(order), dtype=np.int64)
-    for k, pk in enumerate(parent, start=1):       # parents come first
+    up = tree.parent
+    par = [pos[up[a]] for a in order[1:]]
+    # the walks over Python ints: indexing arrays element by element costs 5x (65,536 ranks)
+    depth = [0] * len(order)
+    for k, pk in enumerate(par, start=1):          # parents come first
         depth[k] = depth[pk] + 1
-    height = np.zeros(len(order), dtype=np.int64)
+    height = [0] * len(order)
     for k in range(len(order) - 1, 0, -1):         # children come after their parent
-        pk = parent[k - 1]
+        pk = par[k - 1]
         if height[k] + 1 > height[pk]:
             height[pk] = height[k] + 1
-    return order, parent, depth, height
+    return (order, np.array(par, dtype=np.int64), np.array(depth, dtype=np.int64),
+            np.array(height, dtype=np.int64))
 
 
 def _make(system: NcclSystem, rings: list) -> list:
