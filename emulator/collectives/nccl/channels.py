@@ -27,7 +27,8 @@ from ...errors import ConfigError
 from .. import tree as textbook_tree
 from . import constants as C
 from . import pipeline
-from .system import INTRA_CLASSES, NVLINK_CLASSES, NcclSystem, _link_class
+from .graphfacts import INTRA_CLASSES, NVLINK_CLASSES, _link_class
+from .system import NcclSystem
 
 
 @dataclass(frozen=True)
