@@ -16,6 +16,7 @@ and say how long it will take.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -103,7 +104,7 @@ def _names():
 
 
 def closed_form_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=None,
-                           protocol=None, channels=None) -> FastResult:
+                           protocol=None, channels=None, system=None) -> FastResult:
     """``op`` of ``nbytes`` on ``G`` by NCCL's closed form for its choice (or the NCCL
     algorithm named), without building or simulating a schedule.
 
@@ -120,6 +121,10 @@ def closed_form_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=Non
         GPUs 0..ranks-1 (default every GPU).
     protocol, channels
         As :func:`emulator.build_schedule` takes them.
+    system : NcclSystem, optional
+        NCCL's analysis of ``G`` for these ranks, when the caller holds it (else looked up:
+        :meth:`~emulator.NcclSystem.of` checks the whole graph for changes first, 0.3 s at
+        8,192 GPUs).
 
     Returns
     -------
@@ -143,7 +148,7 @@ def closed_form_collective(G, op: str, algorithm: str, nbytes: int, *, ranks=Non
 
     n = len(topologies.gpus(G)) if ranks is None else int(ranks)
     p = plan(G, op, nbytes, range(n), algo=names[algorithm], proto=protocol,
-             channels=channels)
+             channels=channels, system=system)
     return FastResult(op, algorithm, int(nbytes), n, p.predicted_s,
                       ERROR_BOUND.get(p.algorithm, max(ERROR_BOUND.values())), nccl=p.to_dict())
 
@@ -167,7 +172,7 @@ def scaled_bytes(op: str, nbytes: int, ranks: int, small: int) -> int:
 
 
 def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ranks=None,
-                          protocol=None, channels=None) -> FastResult:
+                          protocol=None, channels=None, system=None) -> FastResult:
     """The closed form on ``G`` times the engine's time over the closed form's on ``small``,
     a smaller cluster of the same machines and fabric, for NCCL's choice on ``G`` forced on
     both: what NCCL's model leaves out (pipeline fill between NVLS and tree stages, ECMP
@@ -176,7 +181,7 @@ def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ran
 
     Parameters
     ----------
-    G, op, algorithm, nbytes, ranks, protocol, channels
+    G, op, algorithm, nbytes, ranks, protocol, channels, system
         As :func:`closed_form_collective`.
     small : networkx.Graph
         The smaller cluster (every GPU takes part).
@@ -196,14 +201,14 @@ def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ran
     from .engine import simulate
 
     fast = closed_form_collective(G, op, algorithm, nbytes, ranks=ranks, protocol=protocol,
-                                  channels=channels)
+                                  channels=channels, system=system)
     a, proto = fast.nccl["algorithm"], fast.nccl["protocol"]
     p = len(topologies.gpus(small))
     nb = scaled_bytes(op, nbytes, fast.ranks, p)
     sched = build_schedule(op, FORCE[a], p, nb, graph=small, protocol=proto,
                            channels=channels)
     ratio = simulate(small, sched).time_s / _small_form(
-        G, small, fast, nb, proto, p, sched.detail["nccl"]["predicted_s"])
+        G, small, fast, nb, proto, p, sched.detail["nccl"]["predicted_s"], system)
     return FastResult(op, algorithm, fast.nbytes, fast.ranks, fast.time_s * ratio,
                       CALIBRATED_BOUND.get(a, max(CALIBRATED_BOUND.values())),
                       method=f"closed form x engine/closed form on {p} GPUs ({ratio:.3f})",
@@ -211,7 +216,7 @@ def calibrated_collective(G, op: str, algorithm: str, nbytes: int, small, *, ran
 
 
 def _small_form(G, small, fast: FastResult, nbytes: int, proto: str, p: int,
-                predicted: float) -> float:
+                predicted: float, system=None) -> float:
     """The closed form on ``small`` in the form ``G``'s was made (``predicted``, the plan's,
     but for this): an all-to-all beyond
     :data:`~emulator.collectives.nccl.p2p.TABLE_MAX` ranks is the aggregate one
@@ -220,7 +225,7 @@ def _small_form(G, small, fast: FastResult, nbytes: int, proto: str, p: int,
     from .collectives.nccl import NcclSystem, _a2a_sizes
     from .collectives.nccl import p2p, p2pform
 
-    big = NcclSystem.of(G, range(fast.ranks))
+    big = system if system is not None else NcclSystem.of(G, range(fast.ranks))
     if fast.nccl["algorithm"] == "P2P" and p2p.aggregated(big):
         system = NcclSystem.of(small, range(p))
         if p2pform.regular(system) is not None:
@@ -247,8 +252,18 @@ def smaller_cluster(spec: str, nodes: int):
         return None
     if family != "cluster" or int(kw.get("nodes", 0)) <= nodes:
         return None
-    kw = dict(kw, nodes=int(nodes))
-    return topologies.cluster(**kw)
+    return _cluster(tuple(sorted(dict(kw, nodes=int(nodes)).items())))
+
+
+@functools.lru_cache(maxsize=4)
+def _cluster(kw: tuple):
+    """``topologies.cluster(**dict(kw))``, kept: a study calibrates every size of a collective
+    on the same smaller cluster, and NCCL's analysis and the engine's routes are kept with
+    the graph (:meth:`~emulator.NcclSystem.of`, :mod:`emulator.netpaths`), so they are worked
+    out once, not once per size. Callers only read the graph."""
+    import topologies
+
+    return topologies.cluster(**dict(kw))
 
 
 #: The calibration runs the engine on a smaller cluster for at most this long (s).
