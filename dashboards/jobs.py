@@ -373,6 +373,18 @@ def _topology_spec(params: Mapping[str, Any]) -> str:
     return path
 
 
+def study_workers() -> int:
+    """Local processes of a What-if study: one per core this process may use, at most 2 (a
+    study at 8,192 GPUs is four tasks of 10-50 s; two tabs may run studies at once)."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:          # not on Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(2, cores))
+
+
 def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> dict:
     """Run a what-if study: ``{"rows": [...], "gantt": Prediction dict, "params": ...}``.
 
@@ -404,7 +416,8 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
         progress(int(done), total[0], f"study: {int(done)} of {total[0]} configurations")
 
     try:
-        study = api("emulator", "run_study")(config, progress=on_progress)
+        study = api("emulator", "run_study")(config, progress=on_progress,
+                                              workers=study_workers())
     except ValueError as exc:
         raise DashboardError(f"study: {exc}") from None
     best = study.best()
@@ -412,6 +425,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     gantt = None if pred is None else dict(
         pred.to_dict(), label=f"{best.label} at {best.world_size} GPUs on {best.topology_name}")
     return {"rows": [r.to_dict() for r in study.rows], "gantt": gantt,
+            "conclusions": study.conclusions(),
             "params": {k: v for k, v in params.items() if k not in ("trace", "topology_upload")}}
 
 

@@ -75,7 +75,7 @@ def wall_of(seconds, workers: int) -> float:
     return max(sum(seconds) / max(1, workers), max(seconds, default=0.0))
 
 
-def estimate(tasks: list, seconds: dict, workers: int) -> StudyEstimate:
+def estimate(tasks: list, seconds: dict, workers: int, cap=None) -> StudyEstimate:
     """Seconds the tasks not in ``seconds`` should take, from those that are.
 
     Each task is extrapolated from the largest world size of its (topology, transport) that
@@ -92,6 +92,10 @@ def estimate(tasks: list, seconds: dict, workers: int) -> StudyEstimate:
         (topology, transport)).
     workers : int
         Tasks run at once.
+    cap : callable, optional
+        ``cap(task)``: at most this many seconds for a task, whatever the extrapolation says
+        (an approximate study gives a collective whose engine run would take longer than its
+        budget the calibrated closed form, so its largest tasks stop growing as GPUs**2).
 
     Returns
     -------
@@ -119,8 +123,11 @@ def estimate(tasks: list, seconds: dict, workers: int) -> StudyEstimate:
         _, spec, w, combos = task
         w0, s0 = base[(spec, combos[0][1])]
         by_task[i] = s0 * (w / w0) ** COST_EXPONENT
+        if cap is not None:
+            by_task[i] = min(by_task[i], cap(task))
     parts = sorted(((task_label(tasks[i]), s) for i, s in by_task.items()), key=lambda p: -p[1])
     sizes = sorted({tasks[i][2] for i in seconds})
     basis = (f"its {', '.join(map(str, sizes))}-GPU tasks took {sum(seconds.values()):.1f} s; "
-             f"work grows as GPUs**{COST_EXPONENT} from the largest")
+             f"work grows as GPUs**{COST_EXPONENT} from the largest"
+             + (", up to the closed form's bound per task" if cap is not None else ""))
     return StudyEstimate(wall_of(by_task.values(), workers), tuple(parts), basis, by_task)

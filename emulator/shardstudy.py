@@ -62,7 +62,7 @@ def memory_of(config, spec: str, compute: ComputeModel, batch: int,
         return {}
     dev = device(compute.device)
     out = {}
-    for w in config.world_sizes:
+    for w in config.sizes_of(spec):
         shard = None
         if config.parallelism == "hsdp":
             shard = config.shard_size or machine_size(topology_for(spec, w))

@@ -87,6 +87,10 @@ class StudyConfig:
         None keeps them dense.
     shard_size : int, optional
         HSDP's shard group (default: each topology's machine, its GPUs per host).
+    max_gpus : dict, optional
+        Topology spec -> the largest world size it runs (GPUs); the grid's larger sizes leave
+        that topology out (``qsgd-emu demo``: boxes of consumer cards stop at 256 GPUs while
+        the DGX cluster goes on to 8,192). Default: every topology runs every size.
     """
 
     trace: object
@@ -104,6 +108,7 @@ class StudyConfig:
     codec: str = "today"
     weight_bits: int | None = None
     shard_size: int | None = None
+    max_gpus: dict | None = None
 
     def __post_init__(self):
         import qsgd
@@ -151,6 +156,16 @@ class StudyConfig:
         for s in self.topologies:
             if not isinstance(s, str) or not s:
                 raise ConfigError(f"StudyConfig.topologies: {s!r} is not a topology spec")
+        if self.max_gpus is not None:
+            if not isinstance(self.max_gpus, dict) or not set(self.max_gpus) <= set(self.topologies):
+                raise ConfigError(f"StudyConfig.max_gpus must map some of the topologies "
+                                  f"{list(self.topologies)} to GPUs, got {self.max_gpus!r}")
+            for s, n in self.max_gpus.items():
+                if not is_int(n) or n < 1:
+                    raise ConfigError(f"StudyConfig.max_gpus[{s!r}]: {n!r} is not an int >= 1")
+                if not self.sizes_of(s):
+                    raise ConfigError(f"StudyConfig.max_gpus[{s!r}] = {n}: none of the world "
+                                      f"sizes {list(self.world_sizes)} is that small")
         if self.device not in ("auto", "measured") and self.device not in DEVICES \
                 and self.device not in ALIASES:
             raise ConfigError(f"StudyConfig.device must be 'auto', 'measured' or one of "
@@ -174,6 +189,12 @@ class StudyConfig:
         if isinstance(self.compute, dict) and set(self.compute) != set(self.topologies):
             raise ConfigError(f"StudyConfig.compute: one model per topology {list(self.topologies)}, "
                               f"got {sorted(self.compute)}")
+
+    def sizes_of(self, spec: str) -> tuple:
+        """The world sizes topology ``spec`` runs: :attr:`world_sizes` up to its
+        :attr:`max_gpus`."""
+        top = (self.max_gpus or {}).get(spec)
+        return tuple(w for w in self.world_sizes if top is None or w <= top)
 
     def compute_for(self, spec: str) -> ComputeModel:
         """The compute model of topology ``spec`` (the measured seconds when none is set)."""
@@ -205,6 +226,8 @@ class StudyConfig:
              "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
              "codec": self.codec,
              "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
+        if self.max_gpus:                   # a study without limits reads as it always did
+            d["max_gpus"] = dict(self.max_gpus)
         if self.parallelism != "ddp":       # a DDP study's config reads as it always did
             d.update(parallelism=self.parallelism, weight_bits=self.weight_bits,
                      shard_size=self.shard_size)
@@ -284,7 +307,7 @@ def placement_notes(config: StudyConfig) -> list[str]:
             continue
         per_node = len(topologies.gpus(topologies.from_spec(spec.replace("{N}", "1").replace(
             "{n}", "1"))))
-        for w in config.world_sizes:
+        for w in config.sizes_of(spec):
             machines = math.ceil(w / per_node)
             if w % per_node:
                 notes.append(f"{spec} at {w} GPUs: {w} of the {machines * per_node} GPUs of "
@@ -299,7 +322,9 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
     ``progress(text)``, when given, hears how far the task has come: which bit width of how
     many it replays, and the collectives simulated so far with the last one's wall seconds.
 
-    Returns ``[(bits, transport, graph name, Prediction), ...]`` in the order of ``combos``.
+    Returns ``[(bits, transport, graph name, Prediction, method), ...]`` in the order of
+    ``combos``; ``method`` says how its collectives' seconds were made
+    (:meth:`Network.method`: the engine, or NCCL's calibrated closed form for the largest).
     """
     cfg, spec, world_size, combos = task
     state = {"combo": 0, "simulated": 0}
@@ -321,7 +346,10 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
                   engine_budget_s=None if cfg.exact else ENGINE_BUDGET_S)
     compute = cfg.compute_for(spec)
     if cfg.parallelism != "ddp":
-        return sharded_task(cfg, G, net, compute, combos, state, str(G.graph.get("name", spec)))
+        # the data-parallel network's collectives over the whole task (the shard groups' run
+        # on the engine)
+        res = sharded_task(cfg, G, net, compute, combos, state, str(G.graph.get("name", spec)))
+        return [(*r, net.method()) for r in res]
     if not cfg.exact:
         # the sweep needs every size of the task at once to pick which ones to simulate
         if progress is not None:
@@ -333,15 +361,25 @@ def run_task(task: tuple, progress: Callable[[str], None] | None = None) -> list
     out = []
     for k, (bits, transport) in enumerate(combos):
         state["combo"] = k
-        out.append((bits, transport, name,
-                    replay(cfg.trace, G, transport=transport, compute=compute, network=net,
-                           bits=bits if TRANSPORTS[transport].compressed else None)))
+        net.used.clear()
+        pred = replay(cfg.trace, G, transport=transport, compute=compute, network=net,
+                      bits=bits if TRANSPORTS[transport].compressed else None)
+        out.append((bits, transport, name, pred, net.method()))
     return out
 
 
 #: The approximate mode's budget per collective: an NCCL collective whose engine run should
 #: take longer takes the calibrated closed form (:meth:`Network.fast`; 8,192-GPU clusters).
 ENGINE_BUDGET_S = 30.0
+
+
+def _task_bound(task) -> float:
+    """Wall seconds an approximate study's task should take at most: building and analysing
+    its cluster (:func:`emulator.fastpath.analysis_seconds`) and, per bit width, the engine
+    for at most :data:`ENGINE_BUDGET_S` (longer collectives take the closed form)."""
+    from .fastpath import analysis_seconds
+
+    return analysis_seconds(task[2]) + len(task[3]) * ENGINE_BUDGET_S
 
 
 @functools.lru_cache(maxsize=4)
@@ -358,7 +396,7 @@ def _tasks(config: StudyConfig) -> list[tuple]:
     keep every worker busy; a task's bit widths share its :class:`Network` cache."""
     tasks = []
     for spec in config.topologies:
-        for w in config.world_sizes:
+        for w in config.sizes_of(spec):
             by_transport: dict[str, list] = {}
             for bits, transport in config.combos():
                 by_transport.setdefault(transport, []).append((bits, transport))
@@ -371,17 +409,19 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
     trace = config.trace
     preds: dict = {}
     names: dict = {}
+    methods: dict = {}
     for task, res in zip(_tasks(config), results):
         _, spec, w, _ = task
-        for bits, transport, name, pred in res:
+        for bits, transport, name, pred, method in res:
             preds[(spec, w, bits, transport)] = pred
+            methods[(spec, w, bits, transport)] = method
             names[(spec, w)] = name
     rows = []
     for spec in config.topologies:
         compute = config.compute_for(spec)
         batch = compute.batch_size or trace.batch_size
         memory = memory_of(config, spec, compute, batch)
-        for w in config.world_sizes:
+        for w in config.sizes_of(spec):
             dense = {t: preds.get((spec, w, DENSE_BITS[t], t)) for t in DENSE_BITS}
             for bits, transport in config.combos():
                 pred = preds[(spec, w, bits, transport)]
@@ -401,7 +441,8 @@ def _rows(config: StudyConfig, results: list[list[tuple]]) -> Study:
                     precision=compute.precision or "as measured",
                     algorithm=config.algorithm, source=f"{pred.source}; compute: {compute.source}",
                     parallelism=config.parallelism,
-                    memory_per_gpu=None if w not in memory else memory[w].total))
+                    memory_per_gpu=None if w not in memory else memory[w].total,
+                    comm_method=methods[(spec, w, bits, transport)]))
     return Study(tuple(rows), predictions={r.key: preds[r.key] for r in rows},
                  config=config.to_dict())
 
@@ -485,10 +526,10 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     config.combos()
     tasks = _tasks(config)
     for spec in config.topologies:  # a bad spec fails here, before any work is sent out
-        topology_for(spec, min(config.world_sizes) if "{" in spec else max(config.world_sizes))
+        topology_for(spec, min(config.world_sizes) if "{" in spec else max(config.sizes_of(spec)))
         if config.parallelism != "ddp":
             # a strategy the world size cannot form, a model that does not fit: said up front
-            for w in config.world_sizes:
+            for w in config.sizes_of(spec):
                 shard_size(config, topology_for(spec, w), w)
             compute = config.compute_for(spec)
             memory_of(config, spec, compute, compute.batch_size or config.trace.batch_size,
@@ -498,7 +539,7 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
     total = len(tasks)
     results: list = [None] * total
     seconds: dict = {}
-    sizes = sorted(set(config.world_sizes))
+    sizes = sorted({task[2] for task in tasks})
     stage = [[i for i, task in enumerate(tasks) if task[2] == w] for w in sizes]
     rest = [i for i in range(total) if tasks[i][2] != sizes[0]]
     left: dict = {}          # remaining task -> estimated seconds, once the first pilot has run
@@ -520,7 +561,8 @@ def run_study(config: StudyConfig, *, progress: Callable[..., None] | None = Non
         _run_tasks(tasks, stage[0], done, cluster, task_progress, local=local)
         k = 0
         while rest:
-            plan = estimate(tasks, dict(seconds), workers)
+            plan = estimate(tasks, dict(seconds), workers,
+                            cap=None if config.exact else _task_bound)
             left.clear()
             left.update(plan.by_task)
             spent = wall_of(seconds.values(), workers)

@@ -79,6 +79,12 @@ class StudyRow:
     memory_per_gpu : float or None
         Bytes one GPU needs under it (model states and activations, :mod:`emulator.memory`);
         None where the compute was not timed from operator records.
+    comm_method : str
+        How the seconds of the row's collectives were made (:meth:`emulator.Network.method`):
+        ``"engine"`` (simulated, or read off lines checked against it), or NCCL's closed form
+        calibrated by the engine on a smaller cluster for those whose engine run would take
+        too long (approximate studies of thousands of GPUs), with its measured error bound.
+        ``"engine"`` in files written before it existed.
     """
 
     topology: str
@@ -104,6 +110,7 @@ class StudyRow:
     source: str
     parallelism: str = "ddp"
     memory_per_gpu: float | None = None
+    comm_method: str = "engine"
 
     @property
     def key(self) -> tuple:
@@ -150,7 +157,7 @@ class StudyRow:
 
 
 #: Columns a row may lack (files written before them), taking their defaults.
-_OPTIONAL = ("parallelism", "memory_per_gpu")
+_OPTIONAL = ("parallelism", "memory_per_gpu", "comm_method")
 
 #: CSV and JSON columns: the fields of :class:`StudyRow`, in order.
 COLUMNS = tuple(f.name for f in fields(StudyRow))
@@ -389,9 +396,20 @@ def conclusions(study: Study) -> list[str]:
             out.append(f"{r.topology_name}, {w} GPUs: fastest is {r.label} at "
                        f"{1e3 * r.iteration_s:.1f} ms/iteration{speed}; {r.bound}-bound "
                        f"({r.exposed_comm_s / r.iteration_s:.0%} of the step is exposed "
-                       f"communication).")
+                       f"communication).{_method(study.cell(top, w))}")
     out.extend(filter(None, (_where_qsgd_pays(study, top) for top in study.topologies)))
     return out
+
+
+def _method(cell: list) -> str:
+    """`` Not all by the engine: ...`` naming the rows of one (topology, world size) whose
+    collectives took NCCL's calibrated closed form (:attr:`StudyRow.comm_method`), and how
+    (the first such row's method); empty when every row was the engine's."""
+    fast = [r for r in cell if r.comm_method != "engine"]
+    if not fast:
+        return ""
+    return (f" Not all by the engine: {len(fast)} of {len(cell)} rows took "
+            f"{fast[0].comm_method} ({fast[0].label}).")
 
 
 def _where_qsgd_pays(study: Study, top: str) -> str | None:

@@ -9,6 +9,9 @@ transports, world sizes, a target device (default: the topology's own GPU), the 
 and the precision (default: the model's usual batch, the GPU's usual precision). "Run" starts
 a Dash background callback (its own process, with progress and cancel), so the page never
 freezes and two tabs run studies at once. The inputs are mirrored into the URL query string, so a study can be shared by URL.
+A ladder picker fills the sizes (:data:`LADDERS`: the default 8-128 GPUs, or 8, 64 and 8,192
+GPUs), and the study's conclusions under the buttons say, per size, which rows took NCCL's
+calibrated closed form instead of the engine.
 """
 from __future__ import annotations
 
@@ -44,6 +47,13 @@ DEFAULTS: dict[str, Any] = {
     "parallelism": "ddp",
     "metric": "throughput_samples_s",
 }
+#: World-size ladders offered next to the sizes field: (label, sizes). The second reaches
+#: 8,192 GPUs (1,024 DGX machines), where NCCL collectives whose engine run would take over
+#: 30 s take the calibrated closed form (the conclusions under the buttons say which rows);
+#: about a minute on 2 free cores with the default widths, more on a busy machine
+#: (benchmarks/RESULTS.md, issue 34).
+LADDERS = (("8-128 GPUs (1-16 machines, ~20 s)", "8,16,32,64,128"),
+           ("8, 64 and 8,192 GPUs (up to 1,024 machines, 1-2 min)", "8,64,8192"))
 #: URL query key -> form component id (the state that a shared URL restores).
 QUERY_IDS: dict[str, str] = {
     "topology": "whatif-topology", "spec": "whatif-spec", "model": "whatif-model",
@@ -230,6 +240,10 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             html.Div([label("world sizes (GPUs)", "whatif-sizes"),
                       dcc.Input(id="whatif-sizes", type="text", debounce=True,
                                 value=q.get("sizes", DEFAULTS["sizes"]))], className="field"),
+            html.Div([label("or a ladder", "whatif-ladder"),
+                      dcc.Dropdown(id="whatif-ladder", placeholder="pick to fill the sizes",
+                                   options=[{"label": t, "value": v} for t, v in LADDERS])],
+                     className="field"),
         ], className="row"),
         html.Div([
             html.Button("Run", id="whatif-run", n_clicks=0),
@@ -242,6 +256,8 @@ def layout(query: Mapping[str, str], ctx) -> Any:
         ], className="row"),
         html.Div(problem and f"What-if studies are unavailable: {problem}", id="whatif-error",
                  className="error"),
+        # the study's conclusions: the fastest row per size and how its times were made
+        html.Ul(id="whatif-conclusions", className="status"),
         dcc.Store(id="whatif-results"),
         # A token per rendered page: Dash keys background jobs by their inputs, so two tabs
         # running the same study would otherwise share (and steal) one job's result.
@@ -307,6 +323,15 @@ def register(app, ctx) -> None:
             progress(0, 1, "failed")
             return no_update, str(exc)
         return results, ""
+
+    @app.callback(Output("whatif-sizes", "value"), Input("whatif-ladder", "value"),
+                  prevent_initial_call=True)
+    def _ladder(sizes):
+        return sizes or no_update
+
+    @app.callback(Output("whatif-conclusions", "children"), Input("whatif-results", "data"))
+    def _said(results):
+        return [html.Li(c) for c in (results or {}).get("conclusions", [])]
 
     @app.callback(Output("whatif-upload-names", "children"),
                   Input("whatif-topology-upload", "filename"),

@@ -15,7 +15,7 @@ import pytest
 import qsgd
 from qsgd_emu import cli
 from tests.qsgd_emu.cli_run import run_cli
-from qsgd_emu.commands.demo import DEFAULT_TOPOLOGIES
+from qsgd_emu.commands.demo import DEFAULT_MAX_GPUS, DEFAULT_TOPOLOGIES
 from emulator import read_study
 from emulator.studyresult import COLUMNS
 from tests.emulator.test_study import plotly_figures
@@ -28,9 +28,12 @@ _main = run_cli
 
 def test_defaults_are_the_readmes_main_job():
     args = cli.build_parser(["demo"]).parse_args(["demo"])
-    # GPT-2 recorded on the meta device (no step runs), 8..256 GPUs, approximate
+    # GPT-2 recorded on the meta device (no step runs), 8..256, 2,048 and 8,192 GPUs,
+    # approximate
     assert args.model == "gpt2" and args.trace is None and args.measure_device == "meta"
-    assert args.world_sizes == (8, 16, 32, 64, 128, 256)
+    assert args.world_sizes == (8, 16, 32, 64, 128, 256, 2048, 8192)
+    # the consumer boxes stop at 256 GPUs (their all-to-all has no per-machine form)
+    assert DEFAULT_MAX_GPUS == {"cluster:rtx4090_boxx{N}": 256}
     assert args.bits == (32, 16, 8, 4, 2) and args.exact is False
     assert args.out == "out/demo" and args.measure_bits == 4
     # one local process per core, as many as the machine gives this process, at most 4
@@ -140,3 +143,31 @@ def test_demo_bad_options_exit_2(tmp_path, options, needle):
                           "--out", str(tmp_path / "o"), *options])
     assert code == 2 and needle in err
     assert not (tmp_path / "o").exists()
+
+
+def test_demo_reaches_8192_gpus_and_says_how_the_largest_point_was_computed(tmp_path):
+    """The default topologies at 8 and 8,192 GPUs (a small model, one QSGD width): the DGX
+    cluster runs both, the consumer boxes stop at 256 GPUs; at 8,192 GPUs the ring all-gather
+    (millions of transfers) takes NCCL's closed form calibrated on a smaller cluster, and the
+    row, the printed conclusions and the report say so; at 8 GPUs everything is the engine's."""
+    out = tmp_path / "demo"
+    code, stdout, stderr = _main(["demo", "--model", "mlp", "--world-sizes", "8,8192",
+                                  "--bits", "4", "--transports", "qsgd_allgather",
+                                  "--out", str(out)])
+    assert code == 0, stderr
+    rows = read_study(out / "study.json").rows
+    assert [(r.topology, r.world_size) for r in rows] == [
+        ("cluster:dgx_a100x{N}", 8), ("cluster:dgx_a100x{N}", 8192),
+        ("cluster:rtx4090_boxx{N}", 8)]
+    small, big, box = rows
+    assert small.comm_method == "engine" and box.comm_method == "engine"
+    assert big.topology_name == "cluster:dgx_a100x1024"
+    assert big.comm_method.startswith("NCCL's closed form calibrated by the engine on ")
+    assert "within 5% of the engine where both ran" in big.comm_method
+    said = [ln for ln in stdout.splitlines() if ln.startswith("cluster:dgx_a100x1024, 8192 GPUs")]
+    assert len(said) == 1 and "Not all by the engine: 1 of 1 rows took NCCL's closed form" in said[0]
+    assert not any("Not all by the engine" in ln for ln in stdout.splitlines()
+                   if ln.startswith(("cluster:dgx_a100x1,", "cluster:rtx4090_boxx1,")))
+    with open(out / "study.csv", newline="") as f:
+        assert [r["comm_method"] for r in csv.DictReader(f)] == [r.comm_method for r in rows]
+    assert "Not all by the engine" in (out / "report.html").read_text(encoding="utf-8")
