@@ -17,46 +17,39 @@ import time
 
 import emulator
 import topologies
+from _grid import add_grid_arguments, clusters        # benchmarks/_grid.py
 from emulator.collectives.nccl import NcclSystem, p2p
 from emulator.collectives.nccl import _a2a_sizes
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", default="2,8,32,128")
-    ap.add_argument("--sizes", default="1MB,16MB,256MB,1GB")
-    ap.add_argument("--fabrics", default="leaf_spine,rail")
-    ap.add_argument("--machines", default="dgx_h100,dgx_a100")
+    add_grid_arguments(ap)
     args = ap.parse_args(argv)
     worst = {"table": (0.0, ""), "aggregate": (0.0, "")}
     print(f"{'case':48s} {'proto':6s} {'engine us':>11s} {'table us':>11s} {'error':>8s} "
           f"{'aggr. us':>11s} {'error':>8s} {'wall s':>7s}")
-    for machine in args.machines.split(","):
-        for fabric in args.fabrics.split(","):
-            for nodes in map(int, args.nodes.split(",")):
-                spec = f"cluster:{machine}x{nodes},fabric={fabric}"
-                G = topologies.from_spec(spec)
-                n = len(topologies.gpus(G))
-                system = NcclSystem.of(G, range(n))
-                for size in args.sizes.split(","):
-                    nb = topologies.parse_bytes(size)
-                    t0 = time.perf_counter()
-                    s = emulator.build_schedule("alltoall", "nccl", n, nb, graph=G)
-                    r = emulator.simulate(G, s)
-                    wall = time.perf_counter() - t0
-                    proto = s.detail["nccl"]["protocol"]
-                    sizes = _a2a_sizes(system, nb)
-                    row = {}
-                    for form in ("table", "aggregate"):
-                        t = p2p.time(system, sizes, proto, form=form)
-                        err = (t - r.time_s) / r.time_s
-                        row[form] = (t, err)
-                        if abs(err) > abs(worst[form][0]):
-                            worst[form] = (err, f"{spec} {size}")
-                    print(f"{spec + ' ' + size:48s} {proto:6s} {r.time_s * 1e6:11.2f} "
-                          f"{row['table'][0] * 1e6:11.2f} {row['table'][1]:+8.2%} "
-                          f"{row['aggregate'][0] * 1e6:11.2f} {row['aggregate'][1]:+8.2%} "
-                          f"{wall:7.1f}", flush=True)
+    for spec, G, n in clusters(args):
+        system = NcclSystem.of(G, range(n))
+        for size in args.sizes.split(","):
+            nb = topologies.parse_bytes(size)
+            t0 = time.perf_counter()
+            s = emulator.build_schedule("alltoall", "nccl", n, nb, graph=G)
+            r = emulator.simulate(G, s)
+            wall = time.perf_counter() - t0
+            proto = s.detail["nccl"]["protocol"]
+            sizes = _a2a_sizes(system, nb)
+            row = {}
+            for form in ("table", "aggregate"):
+                t = p2p.time(system, sizes, proto, form=form)
+                err = (t - r.time_s) / r.time_s
+                row[form] = (t, err)
+                if abs(err) > abs(worst[form][0]):
+                    worst[form] = (err, f"{spec} {size}")
+            print(f"{spec + ' ' + size:48s} {proto:6s} {r.time_s * 1e6:11.2f} "
+                  f"{row['table'][0] * 1e6:11.2f} {row['table'][1]:+8.2%} "
+                  f"{row['aggregate'][0] * 1e6:11.2f} {row['aggregate'][1]:+8.2%} "
+                  f"{wall:7.1f}", flush=True)
     for form, (err, where) in worst.items():
         print(f"largest |error|, {form}: {err:+.2%} ({where})")
     return 0
