@@ -318,6 +318,8 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
     import topologies
 
     rel_d = _tolerance(exact, tolerance)
+    if not isinstance(symmetry, bool):
+        raise ConfigError(f"symmetry={symmetry!r} must be True or False")
     if not isinstance(schedule, Schedule):
         raise ConfigError(f"schedule={schedule!r} must be an emulator.Schedule")
     faults = tuple(faults or ())
@@ -344,8 +346,6 @@ def simulate(G, schedule: Schedule, *, faults=(), exact: bool = True, tolerance=
         if fast is not None:
             return _result(schedule, net, fast["start_s"], fast["arrive_s"], fast["bytes"],
                            fast["busy_s"], fast["peak"], events=0)
-    if not isinstance(symmetry, bool):
-        raise ConfigError(f"symmetry={symmetry!r} must be True or False")
     if symmetry and not delays:
         reduced = _reduced(net, schedule)
         if reduced is not None:

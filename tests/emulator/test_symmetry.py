@@ -146,3 +146,10 @@ def test_1024_gpus_match_the_full_engine():
     G = topologies.from_spec("cluster:dgx_h100x128,fabric=rail")
     r = _both(G, _schedule(G, "allgather", "nccl_ring", 4 << 20))
     assert r.copies >= 2
+
+
+def test_symmetry_must_be_a_bool():
+    G = topologies.switch(2)
+    s = emulator.build_schedule("allreduce", "ring", 2, 1000)
+    with pytest.raises(emulator.ConfigError, match="symmetry='yes' must be True or False"):
+        emulator.simulate(G, s, symmetry="yes")
