@@ -92,17 +92,15 @@ class _Routes:
         return hit
 
     def _default_path(self, route, s: int, d: int) -> int:
-        """The default route's path id of (s, d), added if new. The numpy copies are synced
-        once per :meth:`paths` call, not per path: per path they made a million-pair
-        all-to-all quadratic."""
-        k = s * len(self.gpus) + d
-        pid = self.default.get(k)
-        if pid < 0:
-            chans = self._route(route, s, d)
-            # a waypoint route routed before may have crossed the same channels: one path
-            pid = self.by_channels.get(tuple(chans)) if self.by_channels else None
-            pid = self._add(chans) if pid is None else pid
-            self.default.set(k, pid)
+        """The default route's path id of (s, d), a pair without one yet (:meth:`paths`
+        asks only :meth:`_Pairs.missing` ones). The numpy copies are synced once per
+        :meth:`paths` call, not per path: per path they made a million-pair all-to-all
+        quadratic."""
+        chans = self._route(route, s, d)
+        # a waypoint route routed before may have crossed the same channels: one path
+        pid = self.by_channels.get(tuple(chans)) if self.by_channels else None
+        pid = self._add(chans) if pid is None else pid
+        self.default.set(s * len(self.gpus) + d, pid)
         return int(pid)
 
     def paths(self, routes, route_idx: np.ndarray, src: np.ndarray, dst: np.ndarray) -> np.ndarray:

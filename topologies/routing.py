@@ -244,7 +244,11 @@ class Router:
             hit = self._wide(i, self._adj).get(j)
             c = None if hit is None else hit[1]
         else:
-            c = next((c for v, c in adj if v == j), None)
+            for v, c in adj:         # a loop, not next() over a generator: 100,000 calls
+                if v == j:
+                    break
+            else:
+                return None
         if c is None:
             return None
         cheap = self._cheapest

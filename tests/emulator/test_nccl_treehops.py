@@ -218,3 +218,41 @@ def test_hops_across_machines_equal_the_systems_hops(spec):
     again = [s.hop(st, f) for st, f in zip(stops, flows)]
     assert [facts(h) for h in again] == [facts(h) for h in hops]
     assert [h.ids for h in again] == [tuple(number[c] for c in h.channels) for h in again]
+
+
+@pytest.mark.parametrize("spec", ["cluster:dgx_h100x6,fabric=rail,nodes_per_unit=2",
+                                  "cluster:dgx_a100x5,fabric=leaf_spine,hosts_per_leaf=2"])
+def test_briefs_kept_by_the_table_are_the_hops_facts(spec, monkeypatch):
+    """The (inflation, network) a table keeps for hops across machines (NcclSystem.brief,
+    what the schedule builders ask) are those of NcclSystem.hop, bit for bit; and NCCL's
+    schedules built with them equal those built with every hop made as a Hop, transfer for
+    transfer."""
+    from emulator import build_schedule
+    from emulator.collectives.nccl import system as sysmod
+
+    G = topologies.from_spec(spec)
+    n = len(topologies.gpus(G))
+    s = NcclSystem.of(G, range(n))
+    tree_arrays(s, channel_rings(s))
+    ref = NcclSystem._analyse(G, tuple(range(n)))
+    assert len(s._briefs) >= 4 * (len(s.nodes) - 1)
+    for (st, f), got in s._briefs.items():
+        h = ref.hop(st, f)
+        assert got == (h.inflation, h.net)
+        assert type(got[0]) is float and type(got[1]) is bool
+
+    def built():
+        out = []
+        for algo in ("nccl_tree", "nccl_nvls_tree", "nccl_ring"):
+            if algo == "nccl_nvls_tree" and "h100" not in spec:
+                continue                         # NVLS needs NVSwitch machines of Hopper
+            sch = build_schedule("allreduce", algo, n, 1 << 20, graph=G)
+            out.append((sch.src.tolist(), sch.dst.tolist(), sch.size.tolist(),
+                        sch.compute_s.tolist(), [r for r in sch.routes]))
+        return out
+
+    with_briefs = built()
+    sysmod._SYSTEMS.pop(G, None)                 # analysed afresh, every hop a Hop
+    monkeypatch.setattr(NcclSystem, "brief",
+                        lambda self, st, f=0: (self.hop(st, f).inflation, self.hop(st, f).net))
+    assert built() == with_briefs

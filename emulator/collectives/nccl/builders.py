@@ -75,20 +75,20 @@ class _Hops:
         key = (stops, flow)
         hit = self._cache.get(key)
         if hit is None:
-            route, scale, wait, hop = self.facts(stops, flow)
-            hit = self._cache[key] = (self.b.route(route), scale, wait, hop)
+            route, scale, wait = self.facts(stops, flow)
+            hit = self._cache[key] = (self.b.route(route), scale, wait)
         return hit
 
     def facts(self, stops: tuple, flow: int):
-        """``(Route, wire bytes per payload byte, per-step wait in s, Hop)`` of a hop: the
+        """``(Route, wire bytes per payload byte, per-step wait in s)`` of a hop: the
         system's (kept across schedules); :meth:`__call__` adds this schedule's route id."""
         facts_key = ("hop", stops, flow, self.algo, self.proto, self.eff)
         facts = self.system.memo.get(facts_key)
         if facts is None:
-            hop = self.system.hop(stops, flow)
+            inflation, net = self.system.brief(stops, flow)
             facts = self.system.memo[facts_key] = (
-                Route(via=tuple(stops[1:-1]), flow=flow), hop.inflation / self.eff,
-                hop_latency(self.system, hop.net, self.algo, self.proto), hop)
+                Route(via=tuple(stops[1:-1]), flow=flow), inflation / self.eff,
+                hop_latency(self.system, net, self.algo, self.proto))
         return facts
 
 
@@ -186,7 +186,7 @@ def broadcast(b: Builder, system: NcclSystem, rings: list, nbytes: int, proto: s
         sizes = split(int(share), _chunks(int(share), proto))
         prev = np.full(len(sizes), -1, dtype=np.int64)
         for h in range(len(order) - 1):
-            route, scale, wait, _ = hops(stops[h], rg.flow)
+            route, scale, wait = hops(stops[h], rg.flow)
             base = b.count
             conn = np.where(np.arange(len(sizes)) > 0, base + np.arange(len(sizes)) - 1, -1)
             wire = np.ceil(sizes * scale).astype(np.int64)
@@ -417,7 +417,7 @@ def _tree_once(b, tree, nbytes, hops, into, nodes, j, prev, key):
         if par < 0:
             continue
         stops = tree.stops[(par, x)]
-        route, scale, wait, _ = hops(tuple(reversed(stops)), tree.flow)
+        route, scale, wait = hops(tuple(reversed(stops)), tree.flow)
         deps = [*incoming[x], *(up[c] for c in tree.children[x])]     # transfer ids (ints)
         pk = ("up", x, key[1], key[2])
         if pk in prev:
@@ -430,7 +430,7 @@ def _tree_once(b, tree, nbytes, hops, into, nodes, j, prev, key):
     for x in order:
         for ch in tree.children[x]:
             stops = tree.stops[(x, ch)]
-            route, scale, wait, _ = hops(stops, tree.flow)
+            route, scale, wait = hops(stops, tree.flow)
             deps = list(arrived[x])
             pk = ("down", ch, key[1], key[2])
             if pk in prev:

@@ -107,6 +107,9 @@ def hop_table(system: NcclSystem, stops: list, flows: list) -> HopTable:
     if generic:
         lat[generic], raw[generic], use[generic], net[generic] = g_lat, g_raw, g_use, g_net
         lens[generic] = g_lens
+        # what a schedule over the same hops asks (NcclSystem.brief), as Hop.inflation is
+        system._briefs.update(zip(zip([stops[i] for i in generic], [flows[i] for i in generic]),
+                                  zip([r / u for r, u in zip(g_raw, g_use)], g_net)))
     starts = np.concatenate(([0], np.cumsum(lens)[:-1])).astype(np.int64)
     ids = np.empty(int(lens.sum()), dtype=np.int64)
     bws = np.empty(len(ids))

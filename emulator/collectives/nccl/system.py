@@ -91,6 +91,8 @@ class NcclSystem(HopFacts):
     _channel_ids: dict = field(default_factory=dict, repr=False, compare=False)
     _flowless: dict = field(default_factory=dict, repr=False, compare=False)
     _hops: dict = field(default_factory=dict, repr=False, compare=False)
+    #: (stops, flow) -> (inflation, network) of hops timed in bulk (:meth:`brief`)
+    _briefs: dict = field(default_factory=dict, repr=False, compare=False)
     _legs: dict = field(default_factory=dict, repr=False, compare=False)
     #: (node, node) -> :meth:`_in_machine` of the pair (None: not from a template)
     _inside: dict = field(default_factory=dict, repr=False, compare=False)
