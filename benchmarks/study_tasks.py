@@ -9,6 +9,7 @@ Prints a table: task, collectives simulated, wall seconds, the slowest collectiv
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 
 import emulator
@@ -29,11 +30,15 @@ def main(argv=None) -> int:
     cfg = emulator.StudyConfig(trace=trace, world_sizes=(args.world_size,), bits=(32, 16, 8, 4, 2),
                                topologies=(args.topology,), device=args.device,
                                exact=not args.approximate)
+    # as run_study does: the device resolved into compute models once, before the tasks
+    cfg = dataclasses.replace(cfg, compute=emulator.resolve_compute(cfg))
     print(f"{'task':<32} {'collectives':>11} {'wall s':>8}  slowest collective")
     for task in _tasks(cfg):
         seen: list[tuple[float, str]] = []
 
         def heard(text: str) -> None:
+            if "last " not in text:         # a stage (building, choosing), not a collective
+                return
             wall = float(text.rsplit(" in ", 1)[1].rstrip(" s"))
             seen.append((wall, text.rsplit("last ", 1)[1]))
 

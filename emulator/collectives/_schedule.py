@@ -48,6 +48,10 @@ class Route:
     flow: int = 0
 
     def __post_init__(self):
+        via, f = self.via, self.flow
+        if type(via) is tuple and type(f) is int and f >= 0 and all(
+                type(node) is str and node for node in via):
+            return              # already as kept (builders make 143,000 on 8,192 GPUs)
         via = tuple(self.via) if not isinstance(self.via, str) else (self.via,)
         for node in via:
             if not isinstance(node, str) or not node:
