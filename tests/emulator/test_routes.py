@@ -1,4 +1,5 @@
 """Explicit routes on transfers: waypoints and ECMP flow labels reach the engine."""
+import numpy as np
 import pytest
 
 import emulator
@@ -44,6 +45,14 @@ def test_routes_survive_the_transfer_view_and_are_validated():
         Route(flow=-1)
     with pytest.raises(ScheduleError, match="via node 3"):
         Route(via=(3,))
+    # what the checks let through quickly (a tuple of names, an int flow) is still checked
+    # for the rest: an empty name, a bool flow, a name among good ones
+    for bad, match in ((dict(via=("",)), "via node ''"), (dict(flow=True), "flow=True"),
+                       (dict(via=("n0.nic5", 7)), "via node 7"), (dict(flow=1.0), "flow=1.0")):
+        with pytest.raises(ScheduleError, match=match):
+            Route(**bad)
+    assert Route(via=["a", "b"], flow=np.int64(3)) == Route(via=("a", "b"), flow=3)
+    assert type(Route(flow=np.int64(3)).flow) is int and Route(via="a").via == ("a",)
     with pytest.raises(emulator.ConfigError, match="'nowhere' is not a node"):
         emulator.simulate(topologies.from_spec("switch:16"), _one(Route(via=("nowhere",))))
 
