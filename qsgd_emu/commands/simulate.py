@@ -35,6 +35,8 @@ import json
 
 import topologies
 
+from .faultoptions import FAULT_FORMS, describe_fault, int_option as _int_option, parse_faults
+
 #: --method choices.
 METHODS = ("auto", "engine", "closed-form")
 #: With --method auto and no --time-limit: the engine when it should take under this (s).
@@ -42,15 +44,6 @@ AUTO_ENGINE_S = 20.0
 #: Without --time-limit: refuse what would take longer than this (s); a typo of two zeros in
 #: a cluster's size is refused at once rather than left running.
 DEFAULT_LIMIT_S = 600.0
-
-#: option -> (number of comma-separated fields, their names, help); parsers in _FAULT_PARSERS
-_FAULT_FORMS = {
-    "--degrade": (3, "U,V,FACTOR", "link U-V runs at FACTOR (0 < FACTOR <= 1) of its bandwidth; "
-                  "repeatable"),
-    "--remove": (2, "U,V", "link U-V is down (flows re-route); repeatable"),
-    "--straggler": (2, "RANK,DELAY", "rank RANK starts DELAY late (e.g. 3,20us); repeatable"),
-}
-
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--topology", required=True, metavar="SPEC",
@@ -82,7 +75,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--chunks", default="1", help="pipelining chunks per message")
     parser.add_argument("--ranks", metavar="N", help="use GPU ranks 0..N-1 (default all GPUs)")
     parser.add_argument("--top", default="5", help="busiest links to list")
-    for option, (_, form, help_text) in _FAULT_FORMS.items():
+    for option, (_, form, help_text) in FAULT_FORMS.items():
         parser.add_argument(option, action="append", default=[], metavar=form, help=help_text)
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--exact", dest="approx", action="store_false",
@@ -105,16 +98,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 # -- parsing at the edge: every error names the option and the value ----------------------
-def _int_option(option: str, text: str, minimum: int) -> int:
-    try:
-        value = int(text)
-    except (TypeError, ValueError):
-        raise ValueError(f"{option} {text!r} is not an integer") from None
-    if value < minimum:
-        raise ValueError(f"{option} {text!r} must be >= {minimum}")
-    return value
-
-
 def _size_option(option: str, text: str) -> int:
     try:
         value = topologies.parse_bytes(text)
@@ -148,98 +131,6 @@ def _factor_option(text: str) -> float | int:
     if not value > 1 or value == float("inf"):
         raise ValueError(f"--factor {text!r} must be a finite number > 1")
     return int(value) if value.is_integer() else value
-
-
-def _node(G, order, option: str, spec: str, text: str):
-    """A node id of ``G``, or the GPU of a rank."""
-    if text in G:
-        return text
-    try:
-        rank = int(text)
-    except ValueError:
-        raise ValueError(f"{option} {spec!r}: {text!r} is neither a node id nor a GPU rank "
-                         f"of the topology") from None
-    if not 0 <= rank < len(order):
-        raise ValueError(f"{option} {spec!r}: rank {rank} is out of range 0..{len(order) - 1}")
-    return order[rank]
-
-
-def _link(G, order, option: str, spec: str, u: str, v: str) -> tuple:
-    a, b = _node(G, order, option, spec, u), _node(G, order, option, spec, v)
-    if not G.has_edge(a, b):
-        raise ValueError(f"{option} {spec!r}: there is no link {a} - {b} in the topology")
-    return a, b
-
-
-def _degrade(G, order, nranks, spec, u, v, factor):
-    import emulator
-
-    a, b = _link(G, order, "--degrade", spec, u, v)
-    try:
-        return emulator.DegradedLink(a, b, float(factor))
-    except ValueError:
-        raise ValueError(f"--degrade {spec!r}: FACTOR {factor!r} must be a number in "
-                         f"(0, 1]") from None
-
-
-def _remove(G, order, nranks, spec, u, v):
-    import emulator
-
-    return emulator.RemovedLink(*_link(G, order, "--remove", spec, u, v))
-
-
-def _straggler(G, order, nranks, spec, rank, delay):
-    import emulator
-
-    r = _int_option(f"--straggler {spec!r}: RANK", rank, 0)
-    if r >= nranks:
-        raise ValueError(f"--straggler {spec!r}: rank {r} does not take part "
-                         f"(ranks 0..{nranks - 1})")
-    try:
-        return emulator.Straggler(r, topologies.parse_time(delay))
-    except ValueError as exc:
-        raise ValueError(f"--straggler {spec!r}: {exc}") from None
-
-
-_FAULT_PARSERS = {"--degrade": _degrade, "--remove": _remove, "--straggler": _straggler}
-
-
-def parse_faults(args, G, nranks: int) -> list:
-    """The :class:`emulator.Fault` objects of the ``--degrade/--remove/--straggler`` options.
-
-    Each fault is applied to one working copy of ``G`` as it is parsed, so a link removed
-    twice, or removals that partition the cluster only together, are reported here, naming
-    the option, rather than in the middle of a simulation.
-    """
-    import emulator
-
-    if not any(getattr(args, option.lstrip("-")) for option in _FAULT_FORMS):
-        return []           # no working copy: copying 65,536 GPUs' graph takes seconds
-    order = topologies.gpus(G)
-    work = G.copy()
-    faults = []
-    for option, (fields, form, _) in _FAULT_FORMS.items():
-        for spec in getattr(args, option.lstrip("-")):
-            parts = [p.strip() for p in spec.split(",")]
-            if len(parts) != fields or not all(parts):
-                raise ValueError(f"{option} {spec!r}: expected {form}")
-            fault = _FAULT_PARSERS[option](work, order, nranks, spec, *parts)
-            try:
-                fault.apply(work)
-            except (ValueError, emulator.SimulationError) as exc:
-                raise ValueError(f"{option} {spec!r}: {exc}") from None
-            faults.append(fault)
-    return faults
-
-
-def _describe(fault) -> str:
-    import emulator
-
-    if isinstance(fault, emulator.DegradedLink):
-        return f"degrade {fault.u}-{fault.v} x{fault.factor:g}"
-    if isinstance(fault, emulator.RemovedLink):
-        return f"remove {fault.u}-{fault.v}"
-    return f"straggler rank {fault.rank} +{fault.delay_s * 1e6:g} us"
 
 
 # -- output ----------------------------------------------------------------------------------
@@ -318,7 +209,7 @@ def format_result(result, topology: str, faults: list, top: int, choice: dict | 
         method = "engine: every transfer simulated"
     rows.insert(2 + bool(choice), ("method", method))
     if faults:
-        rows.insert(2, ("faults", "; ".join(_describe(f) for f in faults)))
+        rows.insert(2, ("faults", "; ".join(describe_fault(f) for f in faults)))
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
     links = busiest_links(result, top)
@@ -510,7 +401,7 @@ def _run(args, emulator, watch, limit, given, chunks, top, nccl_alg, channels, b
         out.update(topology=name, chunks=chunks, time_us=result.time_s * 1e6,
                    peak_utilization=result.peak_utilization,
                    busiest_links=busiest_links(result, top),
-                   faults=[_describe(f) for f in faults], method="engine")
+                   faults=[describe_fault(f) for f in faults], method="engine")
         if choice:
             out["nccl"] = choice
         print(json.dumps(out, indent=1))
@@ -541,7 +432,7 @@ def _sweep(args, emulator, watch, limit, G, nranks, faults, mode, chunks, channe
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        fault_text = f"; faults: {'; '.join(_describe(f) for f in faults)}" if faults else ""
+        fault_text = f"; faults: {'; '.join(describe_fault(f) for f in faults)}" if faults else ""
         chosen = describe_sweep_choices(rows)
         chosen = f"; NCCL chose {chosen}" if chosen else ""
         print(format_sweep(rows, f"qsgd-emu simulate (predicted): {args.op} by "
