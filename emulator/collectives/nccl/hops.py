@@ -169,6 +169,36 @@ class HopFacts:
             net = net or f[3]
         return (c, lat, tuple(bws), tuple(use), net)
 
+    def _routed_leg(self, a, b, flow: int) -> tuple:
+        """The router's leg ``a -> b`` as :func:`.hoptable._joined` adds it up: ``(channel
+        numbers, latency, least bandwidth, least usable bandwidth, network, bandwidths)``,
+        in one pass over its links: the facts of :meth:`_leg` and the numbers of :meth:`_ids`
+        (same sums, minima and numbering), without the tuples between them (NCCL's trees
+        route 65,000 such legs on 8,192 GPUs)."""
+        p = self._router.path(a, b, flow)
+        facts, ids = self._link_facts, self._channel_ids
+        lat, raw, use, net = 0, float("inf"), float("inf"), False
+        nums, bws = [], []
+        u = p[0]
+        for v in p[1:]:
+            e = (u, v)
+            f = facts.get(e)
+            if f is None:
+                d = self.G.edges[e]
+                f = facts[e] = (d["bandwidth"], d["latency"],
+                                d["bandwidth"] * self.usable_fraction(d),
+                                _link_class(d) not in INTRA_CLASSES)
+            nums.append(ids.setdefault(e, len(ids)))
+            bws.append(f[0])
+            lat += f[1]
+            if f[0] < raw:
+                raw = f[0]
+            if f[2] < use:
+                use = f[2]
+            net = net or f[3]
+            u = v
+        return tuple(nums), lat, raw, use, net, tuple(bws)
+
     def _in_machine(self, a, b):
         """:meth:`leg` of two nodes of one machine from its kind's template, found once per
         kind of machine and position pair, when the machine's only shortest route joins them
