@@ -153,16 +153,22 @@ class HopFacts:
             hit = self._legs[key] = inside or self._leg(tuple(self._router.channels(a, b, flow)))
         return hit
 
+    def _link_fact(self, e: tuple) -> tuple:
+        """``(bandwidth, latency, usable bandwidth, network link)`` of the directed link
+        ``e``, read from the graph once and kept (a fabric link: thousands of legs cross it)."""
+        f = self._link_facts.get(e)
+        if f is None:
+            d = self.G.edges[e]
+            f = self._link_facts[e] = (d["bandwidth"], d["latency"],
+                                       d["bandwidth"] * self.usable_fraction(d),
+                                       _link_class(d) not in INTRA_CLASSES)
+        return f
+
     def _leg(self, c: tuple) -> tuple:
         facts = self._link_facts
         lat, bws, use, net = 0, [], [], False     # the latencies summed as sum() would
         for e in c:
-            f = facts.get(e)
-            if f is None:                   # a fabric link: thousands of legs cross it
-                d = self.G.edges[e]
-                f = facts[e] = (d["bandwidth"], d["latency"],
-                                d["bandwidth"] * self.usable_fraction(d),
-                                _link_class(d) not in INTRA_CLASSES)
+            f = facts.get(e) or self._link_fact(e)
             bws.append(f[0])
             lat += f[1]
             use.append(f[2])
@@ -182,12 +188,7 @@ class HopFacts:
         u = p[0]
         for v in p[1:]:
             e = (u, v)
-            f = facts.get(e)
-            if f is None:
-                d = self.G.edges[e]
-                f = facts[e] = (d["bandwidth"], d["latency"],
-                                d["bandwidth"] * self.usable_fraction(d),
-                                _link_class(d) not in INTRA_CLASSES)
+            f = facts.get(e) or self._link_fact(e)
             nums.append(ids.setdefault(e, len(ids)))
             bws.append(f[0])
             lat += f[1]
