@@ -177,15 +177,6 @@ class _Pairs:
         self.vals = np.zeros(0, dtype=np.int64)
         self.new: dict = {}
 
-    def get(self, k: int) -> int:
-        if self.dense is not None:
-            return int(self.dense[k])
-        hit = self.new.get(k)
-        if hit is not None:
-            return hit
-        i = int(np.searchsorted(self.keys, k))
-        return int(self.vals[i]) if i < len(self.keys) and self.keys[i] == k else -1
-
     def set(self, k: int, v: int) -> None:
         if self.dense is not None:
             self.dense[k] = v

@@ -153,52 +153,21 @@ class HopFacts:
             hit = self._legs[key] = inside or self._leg(tuple(self._router.channels(a, b, flow)))
         return hit
 
-    def _link_fact(self, e: tuple) -> tuple:
-        """``(bandwidth, latency, usable bandwidth, network link)`` of the directed link
-        ``e``, read from the graph once and kept (a fabric link: thousands of legs cross it)."""
-        f = self._link_facts.get(e)
-        if f is None:
-            d = self.G.edges[e]
-            f = self._link_facts[e] = (d["bandwidth"], d["latency"],
-                                       d["bandwidth"] * self.usable_fraction(d),
-                                       _link_class(d) not in INTRA_CLASSES)
-        return f
-
     def _leg(self, c: tuple) -> tuple:
         facts = self._link_facts
         lat, bws, use, net = 0, [], [], False     # the latencies summed as sum() would
         for e in c:
-            f = facts.get(e) or self._link_fact(e)
+            f = facts.get(e)
+            if f is None:                   # a fabric link: thousands of legs cross it
+                d = self.G.edges[e]
+                f = facts[e] = (d["bandwidth"], d["latency"],
+                                d["bandwidth"] * self.usable_fraction(d),
+                                _link_class(d) not in INTRA_CLASSES)
             bws.append(f[0])
             lat += f[1]
             use.append(f[2])
             net = net or f[3]
         return (c, lat, tuple(bws), tuple(use), net)
-
-    def _routed_leg(self, a, b, flow: int) -> tuple:
-        """The router's leg ``a -> b`` as :func:`.hoptable._joined` adds it up: ``(channel
-        numbers, latency, least bandwidth, least usable bandwidth, network, bandwidths)``,
-        in one pass over its links: the facts of :meth:`_leg` and the numbers of :meth:`_ids`
-        (same sums, minima and numbering), without the tuples between them (NCCL's trees
-        route 65,000 such legs on 8,192 GPUs)."""
-        p = self._router.path(a, b, flow)
-        facts, ids = self._link_facts, self._channel_ids
-        lat, raw, use, net = 0, float("inf"), float("inf"), False
-        nums, bws = [], []
-        u = p[0]
-        for v in p[1:]:
-            e = (u, v)
-            f = facts.get(e) or self._link_fact(e)
-            nums.append(ids.setdefault(e, len(ids)))
-            bws.append(f[0])
-            lat += f[1]
-            if f[0] < raw:
-                raw = f[0]
-            if f[2] < use:
-                use = f[2]
-            net = net or f[3]
-            u = v
-        return tuple(nums), lat, raw, use, net, tuple(bws)
 
     def _in_machine(self, a, b):
         """:meth:`leg` of two nodes of one machine from its kind's template, found once per

@@ -145,7 +145,7 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
     """
     place = system._place.get
     ids_of = system.channel_ids
-    routed = system._routed_leg
+    channels, route_leg = system.router.channels, system._leg
     inside: dict = {}           # (node, node) -> facts of its machine's leg, None: routed
     lat, raw, use, net, lens, ids, bws = [], [], [], [], [], [], []
     inf = float("inf")
@@ -166,7 +166,8 @@ def _joined(system: NcclSystem, stops: list, flows: list, which: list) -> tuple:
                                      *tmpl[1:])
                 inside[key] = leg
             if leg is None:     # the router's, as NcclSystem.leg routes it (each once here)
-                leg = routed(a, b, f)
+                c, *rest = route_leg(tuple(channels(a, b, f)))
+                leg = _facts(ids_of(c), *rest)
             t_lat += leg[1]
             if leg[2] < t_raw:
                 t_raw = leg[2]
