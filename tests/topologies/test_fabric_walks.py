@@ -94,3 +94,27 @@ def test_bulk_proofs_equal_the_proof_per_pair(spec):
     assert [bulk.route(a, b) for a, b in pairs] == want
     assert [single.route(a, b) for a, b in pairs] == want
     assert any(w is not None for w in want)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_dense_tables_equal_scipy_dijkstra(seed, monkeypatch):
+    """FabricRoutes' tables by Floyd-Warshall (small fabrics) equal scipy's Dijkstra, which
+    bigger fabrics use: random directed graphs with whole-number costs, some unreachable
+    pairs, both branches forced."""
+    import numpy as np
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    from topologies import fabric
+
+    rng = np.random.default_rng(seed)
+    m = int(rng.integers(2, 60))
+    k = int(rng.integers(1, 4 * m))
+    pairs = {(int(a), int(b)) for a, b in rng.integers(0, m, size=(k, 2)) if a != b}
+    rows, cols = [a for a, _ in pairs], [b for _, b in pairs]
+    cost = rng.integers(1, 10**9, size=len(pairs)).astype(float) * 2.0 - (seed % 2)
+    want = dijkstra(csr_matrix((cost, (rows, cols)), shape=(m, m)), directed=True)
+    got = fabric._all_pairs(m, rows, cols, cost)
+    assert np.array_equal(got, want)
+    monkeypatch.setattr(fabric, "_DENSE_UP_TO", 1)
+    assert np.array_equal(fabric._all_pairs(m, rows, cols, cost), want)
