@@ -81,6 +81,7 @@ class Router(CoreSearch):
         self._host_kind: dict = {}                  # host -> (description, positions)
         self._host_local: dict = {}                 # host -> (positions, its kind's routes)
         self._fabric = None                         # topologies.fabric.FabricRoutes, on demand
+        self._walk_names: dict = {}                 # (leaf, leaf, limit) -> named fabric walks
         self._cheapest: dict = {}                   # node -> its two cheapest link costs
         # Sorted by neighbour id: routes must not depend on the order edges were added.
         self._adj = [sorted(lst, key=lambda t: label[t[0]]) for lst in adj]
@@ -175,8 +176,19 @@ class Router(CoreSearch):
         if fab is not None:                    # a NIC-to-NIC route (topologies.fabric)
             fr, (la, lb, dest) = fab
             names = self._names
-            out = [tuple(names[x] for x in (i, *mid, j)) for mid in fr.walks(la, lb, dest, limit)]
-            return sorted(out, key=lambda p: [str(x) for x in p])
+            key = (la, lb, limit)
+            hit = self._walk_names.get(key)
+            if hit is None:
+                walks = [tuple(names[x] for x in mid) for mid in fr.walks(la, lb, dest, limit)]
+                # Equally long walks order every NIC pair's paths (i, *walk, j) as they order
+                # themselves: sorted once per leaf pair, not per pair (8,192 ring legs)
+                ordered = len({len(w) for w in walks}) <= 1
+                if ordered:
+                    walks.sort(key=lambda w: [str(x) for x in w])
+                hit = self._walk_names[key] = (walks, ordered)
+            a, b = names[i], names[j]
+            out = [(a, *mid, b) for mid in hit[0]]
+            return out if hit[1] else sorted(out, key=lambda p: [str(x) for x in p])
         up_i, up_j = self._chain(i), self._chain(j)
         if up_i[-1] == up_j[-1]:
             return [tuple(self._names[x] for x in self._tree_path(up_i, up_j))]
