@@ -89,6 +89,7 @@ class Router(CoreSearch):
         self._core = core
         self._cadj = [tuple((v, c) for v, c in lst if core[v]) for lst in self._adj]
         self._paths: OrderedDict = OrderedDict()
+        self._free: dict = {}                       # (src, dst) -> the route of every flow
         self._dags: OrderedDict = OrderedDict()
         self._max_paths = int(max_cached_paths)
         self._max_dags = int(max_cached_pairs)
@@ -138,16 +139,27 @@ class Router(CoreSearch):
         if cached is not None:
             self._paths.move_to_end(key)
             return cached
+        free = self._free.get((src, dst))
+        if free is not None:
+            return free
         i, j = self._node(src), self._node(dst)
         seq = self._link(i, j)
+        free = seq is not None      # a link every other way beats: every flow's route
         salt = f"{self._label[i]}\0{self._label[j]}\0{flow}\0"
         if seq is None and self._host[i] is not None and self._host[j] is not None and i != j:
-            seq = (self._in_host(i, j, salt) if self._host[i] == self._host[j]
-                   else self._via_fabric(i, j, salt))
+            if self._host[i] == self._host[j]:
+                seq, free = self._in_host(i, j, salt)
+            else:
+                seq = self._via_fabric(i, j, salt)
         if seq is None:
             seq = self._route(i, j, salt)
         names = self._names
         result = tuple([names[x] for x in seq])
+        if free and len(self._free) < self._max_paths:
+            # kept per pair, whatever the flow: the engine asks a machine's GPU-to-NIC legs
+            # with every transfer's own flow label (57,000 on 8,192 GPUs)
+            self._free[(src, dst)] = result
+            return result
         self._paths[key] = result
         if len(self._paths) > self._max_paths:
             self._paths.popitem(last=False)
@@ -261,7 +273,8 @@ class Router(CoreSearch):
         walked with the same hash of the same names as :meth:`_route` (inside a machine its
         links are in the same order on every copy: the description lists them so). A
         cluster's 1,024 copies of one machine then cost one small search per pair of
-        positions instead of a search of the graph per pair of nodes."""
+        positions instead of a search of the graph per pair of nodes. Returns ``(route or
+        None, whether the route is the only shortest one: every flow's)``."""
         h = self._host[i]
         pos, local, paths = self._host_routes(h)
         key = (pos[i], pos[j])
@@ -270,10 +283,10 @@ class Router(CoreSearch):
             hit = paths[key] = (None if not local.exact(*key)
                                 else local.unique_path(*key) or "walk")
         if hit is None:
-            return None
+            return None, False
         nodes = self._hosts[h]
         if hit != "walk":
-            return [nodes[k] for k in hit]
+            return [nodes[k] for k in hit], True
         u, end = key
         dj, label = local.dist[end], self._label
         seq = [nodes[u]]
@@ -281,7 +294,7 @@ class Router(CoreSearch):
             nxt = [v for v, c in local.adj[u] if dj[v] + c == dj[u]]
             u = nxt[0] if len(nxt) == 1 else nxt[_stable_hash(salt + label[nodes[u]]) % len(nxt)]
             seq.append(nodes[u])
-        return seq
+        return seq, False
 
     def _host_routes(self, h) -> tuple:
         """``(node -> position, LocalRoutes, routes by position pair)`` of machine ``h``,

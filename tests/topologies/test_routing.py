@@ -199,3 +199,23 @@ def test_one_router_per_graph_shared_and_rebuilt_when_the_graph_changes():
     G.edges["gpu0", "sw0"]["latency"] = 5e-6                          # changed in place
     r2 = topologies.router_of(G)
     assert r2 is not r and r2.path("gpu0", "gpu1") == topologies.Router(G).path("gpu0", "gpu1")
+
+
+@pytest.mark.parametrize("spec", ["cluster:dgx_h100x3,fabric=leaf_spine", "cluster:dgx_a100x2",
+                                  "dgx1_v100"])
+def test_routes_kept_per_pair_are_every_flows_route(spec):
+    """The router keeps a route no flow label changes (a link every other way beats, a
+    machine's only shortest route) per node pair: every (src, dst, flow), asked in any order
+    and again, is the route a router that keeps nothing finds (max_cached_paths=0)."""
+    G = T.from_spec(spec)
+    rng = random.Random(7)
+    nodes = sorted(G.nodes)
+    asks = [(rng.choice(nodes), rng.choice(nodes), rng.randrange(6)) for _ in range(600)]
+    kept, fresh = T.Router(G), T.Router(G, max_cached_paths=0)
+    got = [kept.path(a, b, f) for a, b, f in asks + asks[::-1]]
+    assert got == [fresh.path(a, b, f) for a, b, f in asks + asks[::-1]]
+    assert kept._free and not fresh._free       # the per-pair table was used, and is bounded
+    if spec.startswith("cluster"):          # a machine's own legs among them
+        machine = {n for n in nodes if G.nodes[n].get("host") == 0}
+        assert any(a in machine and b in machine and a != b and not G.has_edge(a, b)
+                   for a, b in kept._free)
