@@ -59,6 +59,7 @@ class _Routes:
         self.other: dict = {}                              # (Route, src, dst) -> path
         self.by_channels: dict = {}                        # channel tuple -> path (routes)
         self._legs: dict = {}                              # (a, b, flow) -> channel ids
+        self._ids: dict = {}                               # node path -> channel ids
         self.ptr = array("q", [0])        # compact growing CSR (a list of ints costs 36 B each)
         self.chan = array("q")
         self._ptr = np.zeros(1, dtype=np.int64)
@@ -87,9 +88,14 @@ class _Routes:
         hit = self._legs.get(key)
         if hit is None:
             p = self.router.path(a, b, flow)
-            chan_of = self.chan_of
-            hit = self._legs[key] = tuple(map(dict.__getitem__, map(chan_of.__getitem__, p[:-1]),
-                                              p[1:]))
+            # a machine's legs take one route whatever the flow (topologies.Router keeps
+            # those per pair): their channel ids are kept per route, not per flow
+            hit = self._ids.get(p)
+            if hit is None:
+                chan_of = self.chan_of
+                hit = self._ids[p] = tuple(map(dict.__getitem__, map(chan_of.__getitem__, p[:-1]),
+                                               p[1:]))
+            self._legs[key] = hit
         return hit
 
     def _default_path(self, route, s: int, d: int) -> int:
