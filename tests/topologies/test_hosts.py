@@ -91,7 +91,7 @@ def test_router_shortcuts_route_as_plain_searches(spec, monkeypatch):
 def _plain(router, monkeypatch):
     """A router that searches every pair: no shortcut inside machines or through the
     fabric's tables, no distance maps."""
-    monkeypatch.setattr(router, "_in_host", lambda i, j, salt: None)
+    monkeypatch.setattr(router, "_in_host", lambda i, j, salt: (None, False))
     monkeypatch.setattr(router, "_fabric_of", lambda i, j: None)
     monkeypatch.setattr(router, "_link", lambda i, j: None)
     router._DIST_AFTER = 1 << 60
