@@ -144,7 +144,6 @@ class FabricRoutes:
         self._way: dict = {}           # machine node -> its ways out (see _ways)
         self._exits_by_host: dict = {}  # machine -> its links out (see _exits_of)
         self._proved: dict = {}        # (node, node) -> route() of the pair
-        self._walks: dict = {}         # (leaf, leaf, limit) -> walks() of the leaves
         self._DF = self._DV = None
 
     def _machines(self) -> dict:
@@ -313,23 +312,20 @@ class FabricRoutes:
     def walks(self, la: int, lb: int, dest: int, limit: int) -> tuple:
         """The fabric's equal-cost switch sequences from leaf ``la`` to leaf ``lb`` (fabric
         index ``dest``), both included: the first ``limit`` of a depth-first walk that takes
-        each switch's :meth:`next_hops` in order. Kept per leaf pair: NCCL's ring search asks
-        :meth:`topologies.Router.equal_cost_paths` the same leaves for every NIC pair behind
-        them (8,192 legs on 8,192 GPUs, two seconds walked one by one)."""
-        key = (la, lb, limit)
-        hit = self._walks.get(key)
-        if hit is None:
-            out: list = []
+        each switch's :meth:`next_hops` in order. :meth:`topologies.Router.equal_cost_paths`
+        keeps them per leaf pair, named and ordered: NCCL's ring search asks the same leaves
+        for every NIC pair behind them (8,192 legs on 8,192 GPUs, two seconds walked one by
+        one)."""
+        out: list = []
 
-            def walk(u, acc):
-                if len(out) >= limit:
-                    return
-                if u == lb:
-                    out.append(tuple(acc))
-                    return
-                for v in self.next_hops(u, dest):
-                    walk(v, acc + [v])
+        def walk(u, acc):
+            if len(out) >= limit:
+                return
+            if u == lb:
+                out.append(tuple(acc))
+                return
+            for v in self.next_hops(u, dest):
+                walk(v, acc + [v])
 
-            walk(la, [la])
-            hit = self._walks[key] = tuple(out)
-        return hit
+        walk(la, [la])
+        return tuple(out)
