@@ -358,6 +358,18 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
     return trace
 
 
+def _with_precision(trace, params: Mapping[str, Any]):
+    """``trace`` with the operator family of the form's precision (a cached or uploaded trace
+    recorded before that family existed gets it recorded from its model)."""
+    prec = api("emulator", "PRECISIONS").get(params.get("precision") or "")
+    if prec is None or trace.operators is None:
+        return trace
+    try:
+        return api("qsgd", "add_operators")(trace, families=(prec.family,))
+    except ValueError as exc:
+        raise DashboardError(f"precision {prec.name}: {exc}") from None
+
+
 def _topology_spec(params: Mapping[str, Any]) -> str:
     """The topology for the study: an uploaded file is saved and named by its path."""
     upload = params.get("topology_upload")
@@ -392,7 +404,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     ``cache_dir``). The timeline is the one the study kept of its best configuration
     (:meth:`emulator.Study.best`).
     """
-    trace = workload(params, progress, variance=False)
+    trace = _with_precision(workload(params, progress, variance=False), params)
     spec = _topology_spec(params)
     # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
     dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]
@@ -433,7 +445,7 @@ def recommend_job(params: Mapping[str, Any], progress: Progress = _no_progress) 
     """Run :func:`emulator.recommend`: the :meth:`~emulator.Recommendation.to_dict` of the
     form's model (measured here with variance records, cached) or uploaded trace, topology,
     world size and budget, plus ``"text"``: the configuration to paste."""
-    trace = workload(dict(params, bits=[4]), progress, run=True)
+    trace = _with_precision(workload(dict(params, bits=[4]), progress, run=True), params)
     spec = _topology_spec(params)
     emulator_ = __import__("emulator")
     w = int(params["world_size"])

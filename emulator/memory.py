@@ -6,8 +6,9 @@ SC 2020, Section 3.1 and Figure 1: with mixed-precision Adam a parameter costs 2
 and the two moments):
 
 - **PyTorch** (``ddp``, ``fsdp``, ``fsdp_grad_op``, ``hsdp``): parameters and gradients in the
-  parameters' dtype (float32 under autocast, bfloat16 in pure bf16), the optimizer's state in
-  it too (AdamW: two moments; SGD: the momentum). DDP adds its gradient buckets, as large as
+  parameters' dtype (float32 under autocast, bfloat16 in pure bf16, float16 in ``fp16``), the
+  optimizer's state in it too (AdamW: two moments; SGD: the momentum), except that an ``fp16``
+  model's optimizer keeps a float32 master copy and float32 moments (apex amp O2). DDP adds its gradient buckets, as large as
   the gradients (``gradient_as_bucket_view=False``, its default: PyTorch's
   ``DistributedDataParallel`` documentation), and autocast's bfloat16 copies of the weights,
   which autograd keeps for backward. FSDP keeps parameters, gradients and state as shards
@@ -127,8 +128,11 @@ def memory_per_gpu(trace, strategy: str, world_size: int, *, precision: str, bat
     p = world_size if shard_size is None or not st.hybrid else shard_size
     mixed = prec.family != "fp32"
     low = 2 if mixed else 4                       # bytes of a gathered / 16-bit element
-    stored = 2 if prec.family == "bf16" else 4    # PyTorch's parameter dtype
+    stored = 2 if prec.family in ("bf16", "half") else 4    # PyTorch's parameter dtype
     moments = MOMENTS.get(opset.optimizer, 2)
+    # optimizer state a parameter: its moments in the parameters' dtype, or (a float16 model
+    # stepped through master weights) a float32 master copy and float32 moments
+    state_b = 4 * (moments + 1) if prec.family == "half" else moments * stored
     units = qsgd.units_of(ops.parameters) if ops.parameters else ()
     root = sum(u.numel for u in units if u.root)
     block = max((u.numel for u in units if not u.root), default=0)
@@ -143,11 +147,11 @@ def memory_per_gpu(trace, strategy: str, world_size: int, *, precision: str, bat
         optimizer = state * n / p
         buffers = bucket + (gathered if st.params_sharded else 0.0)
     elif st.name == "ddp":
-        params, grads, optimizer = stored * n, stored * n, moments * stored * n
+        params, grads, optimizer = stored * n, stored * n, state_b * n
         # DDP's buckets, and autocast's copies of the weights kept for backward
         buffers = stored * n + (2 * n if prec.family == "amp" else 0.0)
     else:
-        params, grads, optimizer = stored * n / p, stored * n / p, moments * stored * n / p
+        params, grads, optimizer = stored * n / p, stored * n / p, state_b * n / p
         buffers = low * n + reduce_b * block if not st.reshard else gathered
     activations = float(opset.saved[0] + opset.saved[1] * batch_size)
     return Memory(params, grads, optimizer, activations, buffers, st.name, device_bytes)

@@ -44,6 +44,7 @@ from qsgd.host import measure_host
 from qsgd.errors import ConfigError
 from qsgd.models import build_model, forward_flops, model_name
 from qsgd.operators import record_operators
+from qsgd.operators.records import FAMILIES
 from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
 from qsgd.tracevariance import BucketVariance, ParamVariance
 from qsgd.variance import DEFAULT_BITS, variance_ratios
@@ -328,10 +329,11 @@ def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bo
     return ops
 
 
-def add_operators(trace: PayloadTrace) -> PayloadTrace:
+def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None) -> PayloadTrace:
     """``trace`` with its model's operator records (:func:`qsgd.record_operators`), for a
-    trace written before traces carried them; the model is built from ``trace.model`` on the
-    meta device (no weights). A trace that has them is returned as it is.
+    trace written before traces carried them (or carried these ``families``); the model is
+    built from ``trace.model`` on the meta device (no weights). A trace that has them is
+    returned as it is; one that lacks some of ``families`` gets those recorded beside its own.
 
     Raises
     ------
@@ -345,20 +347,34 @@ def add_operators(trace: PayloadTrace) -> PayloadTrace:
     ...                                        device="meta"), operators=None)
     >>> qsgd.add_operators(old).operators.family("fp32").optimizer
     'sgd'
+    >>> fp32 = qsgd.add_operators(old, families=("fp32",))
+    >>> sorted(qsgd.add_operators(fp32, families=("half",)).operators.families)
+    ['fp32', 'half']
     """
     import dataclasses
 
     from qsgd.errors import ModelError, TraceError
 
-    if trace.operators is not None:
+    have = trace.operators
+    if families is None:
+        families = FAMILIES if have is None else ()
+    missing = tuple(f for f in families if have is None or f not in have.families)
+    if not missing:
         return trace
     try:
         with torch.device("meta"):
             model = build_model(trace.model)
     except ModelError as exc:
-        raise TraceError(f"trace of {trace.model!r} has no operator records and its model cannot "
+        what = "no operator records" if have is None else f"no {list(missing)} operator records"
+        raise TraceError(f"trace of {trace.model!r} has {what} and its model cannot "
                          f"be built here to record them: {exc}") from None
-    return dataclasses.replace(trace, operators=record_operators(model, input_shape=trace.input_shape))
+    extra = {} if have is None else dict(have.extra)
+    new = record_operators(model, input_shape=trace.input_shape, families=missing,
+                           channels_last=extra.get("memory_format") == "channels_last",
+                           fused_attention=extra.get("attention", "fused") != "math")
+    if have is not None:
+        new = dataclasses.replace(have, families={**have.families, **new.families})
+    return dataclasses.replace(trace, operators=new)
 
 
 def _shapes(bucket, params) -> dict:

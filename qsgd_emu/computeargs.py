@@ -43,14 +43,22 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
                              "GPU-codec issue's target): what QSGD would buy once it exists")
 
 
-def ensure_operators(trace):
-    """``trace`` with operator records (recorded from its model when an older trace lacks them)."""
+def ensure_operators(trace, precision: str | None = None):
+    """``trace`` with operator records (recorded from its model when an older trace lacks
+    them, or lacks the operator family of ``precision``)."""
+    import emulator
     import qsgd
 
     if trace.operators is None:
         print(f"note: the trace of {trace.model} has no operator records; recording them from "
               f"the model (meta device)", file=sys.stderr)
         trace = qsgd.add_operators(trace)
+    if precision is not None:
+        family = emulator.PRECISIONS[precision].family
+        if family not in trace.operators.families:
+            print(f"note: the trace of {trace.model} has no {family!r} operator records "
+                  f"({precision}); recording them from the model (meta device)", file=sys.stderr)
+            trace = qsgd.add_operators(trace, families=(family,))
     return trace
 
 

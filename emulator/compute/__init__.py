@@ -2,8 +2,9 @@
 
 - :mod:`~emulator.compute.devices`: the GPUs (:data:`DEVICES`, dense peaks per math mode,
   memory), and :func:`device_of` a topology's GPU;
-- :mod:`~emulator.compute.precisions`: fp32, tf32, autocast fp16/bf16, bf16, fp8
-  (:data:`PRECISIONS`): which math units each operator runs on, what DDP sends;
+- :mod:`~emulator.compute.precisions`: fp32, tf32, autocast fp16/bf16, bf16, fp16 with
+  master weights, fp8 (:data:`PRECISIONS`): which math units each operator runs on, what DDP
+  sends;
 - :mod:`~emulator.compute.rules`: one kernel's seconds (roofline, tile and wave
   quantisation, cited efficiencies); :mod:`~emulator.compute.convolution`: cuDNN's algorithm
   per convolution as ``cudnn.benchmark`` picks it (implicit GEMM or Winograd);

@@ -10,11 +10,14 @@
   parameters (the ``amp`` operator family: autocast's casts included); fp16 adds
   ``GradScaler``'s unscale of the gradients (operator kind ``scaler``).
 - ``bf16``: parameters, activations and gradients in bfloat16 (the ``bf16`` family).
+- ``fp16``: a float16 model (parameters, activations, gradients) whose optimizer steps
+  float32 master weights, with loss scaling: apex amp O2 and DeepSpeed's fp16 optimizer (the
+  ``half`` family; softmax and normalisation run in float16, as ``model.half()`` runs them).
 - ``fp8``: ``amp-bf16`` whose linear layers' products run in FP8 (NVIDIA Transformer
   Engine's recipe; convolutions and attention stay in bf16).
 
 Gradients: DDP all-reduces them in the parameters' dtype: 4 bytes an element for the
-autocast and fp32 precisions (float32 master parameters), 2 for pure bf16.
+autocast and fp32 precisions (float32 parameters), 2 for bf16 and fp16 (2-byte models).
 """
 from __future__ import annotations
 
@@ -33,7 +36,7 @@ class Precision:
     name : str
         Key in :data:`PRECISIONS`.
     family : str
-        The operator family a trace records it in (``fp32``, ``amp``, ``bf16``).
+        The operator family a trace records it in (``fp32``, ``amp``, ``bf16``, ``half``).
     lower : str or None
         The math mode of the family's 2-byte operators (``fp16``, ``bf16``); None for fp32.
     fp32_mm, fp32_conv : str
@@ -46,7 +49,9 @@ class Precision:
     grad_bytes : int
         Bytes per gradient element DDP all-reduces.
     scaler : bool
-        Whether the step runs ``GradScaler``'s unscale.
+        Whether the step scales its loss dynamically: it runs ``GradScaler``'s unscale (the
+        family's ``scaler`` kernels) and the host reads the overflow flag before the
+        optimizer (``GradScaler.step``; apex's and DeepSpeed's loss scalers do the same).
     description : str
     """
 
@@ -101,6 +106,8 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               "autocast bfloat16, float32 master weights"),
     Precision("bf16", "bf16", "bf16", "fp32", "fp32", None, "bf16", 2, False,
               "bfloat16 parameters, activations and gradients"),
+    Precision("fp16", "half", "fp16", "fp32", "fp32", None, "fp16", 2, True,
+              "float16 model, float32 master weights, loss scaling (apex amp O2, DeepSpeed fp16)"),
     Precision("fp8", "amp", "bf16", "fp32", "fp32", "fp8", "fp8", 4, False,
               "autocast bfloat16 with linear layers' products in FP8 (Transformer Engine)"),
 )}

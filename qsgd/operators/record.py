@@ -12,6 +12,8 @@ as ``c + s * batch`` (:mod:`qsgd.operators.records`), so one recording serves an
 Nothing is allocated: a 70-billion-parameter layout records on a laptop. The optimizer is
 recorded at its second step (the first creates its state); the fp16 flavour of autocast adds
 ``GradScaler``'s unscale (kind ``"scaler"``), which the bf16 flavour leaves out when timed.
+The ``half`` family is a float16 model whose optimizer steps float32 master copies
+(:class:`_MasterWeights`, as apex amp O2 and DeepSpeed's fp16 optimizer do).
 """
 from __future__ import annotations
 
@@ -41,7 +43,36 @@ OPTIMIZERS = {
 
 #: How a family runs: the parameters' dtype and autocast's lower precision.
 _FAMILY = {"fp32": (torch.float32, None), "amp": (torch.float32, torch.float16),
-           "bf16": (torch.bfloat16, None)}
+           "bf16": (torch.bfloat16, None), "half": (torch.float16, None)}
+
+
+class _MasterWeights:
+    """The optimizer of a float16 model trained through float32 master weights.
+
+    apex amp O2 (``apex/amp/_process_optimizer.py``: the model's gradients are unscaled into
+    the masters' by one ``multi_tensor_scale`` kernel, and the stepped masters copied back by
+    another) and DeepSpeed's ``FP16_Optimizer`` run a step as: float16 gradients into float32
+    master gradients (reads 2 bytes and writes 4 an element; the loss scale's division and the
+    overflow check ride in the same kernel), the optimizer on the masters, the masters back
+    into the model (reads 4, writes 2). Each copy is recorded as one multi-tensor
+    ``_foreach_copy_`` over every parameter: the same bytes and launches.
+    """
+
+    def __init__(self, build, params):
+        self.params = list(params)
+        self.masters = [torch.nn.Parameter(p.detach().float()) for p in self.params]
+        self.inner = build(self.masters)
+
+    def step(self) -> None:
+        pairs = [(p, m) for p, m in zip(self.params, self.masters) if p.grad is not None]
+        for _, m in pairs:
+            if m.grad is None:          # the first (unrecorded) step makes the master gradients
+                m.grad = torch.empty_like(m)
+        if not pairs:
+            return
+        torch._foreach_copy_([m.grad for _, m in pairs], [p.grad for p, _ in pairs])
+        self.inner.step()
+        torch._foreach_copy_([p.detach() for p, _ in pairs], [m.detach() for _, m in pairs])
 
 METHOD = ("torch dispatch and function modes on the meta device (qsgd.operators), one step at "
           f"batch {BATCHES[0]} and {BATCHES[1]} fitted as c + s * batch; FLOPs from "
@@ -356,7 +387,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
             return hook
 
         hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
-        opt = OPTIMIZERS[optimizer]([p for _, p in params])
+        opt = (_MasterWeights(OPTIMIZERS[optimizer], [p for _, p in params]) if family == "half"
+               else OPTIMIZERS[optimizer]([p for _, p in params]))
         rows, readies, uses, saved = [], [], [], []
         try:
             for b in BATCHES:

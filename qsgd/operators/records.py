@@ -53,8 +53,9 @@ PHASES = ("forward", "backward", "optimizer")
 DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: Operator families a model is recorded in: plain fp32 (also TF32, which changes only the
 #: math units), automatic mixed precision (torch.autocast's casts; recorded with float16,
-#: bfloat16 runs the same operators) and pure bf16 parameters.
-FAMILIES = ("fp32", "amp", "bf16")
+#: bfloat16 runs the same operators), pure bf16 parameters, and a float16 model stepped
+#: through float32 master weights (``half``: apex amp O2, DeepSpeed's fp16).
+FAMILIES = ("fp32", "amp", "bf16", "half")
 
 
 def _affine(v, path: str) -> tuple[int, int]:

@@ -204,7 +204,7 @@ def run(args) -> int:
         from qsgd_emu.commands.study import measure_trace
         trace = measure_trace(args.model, 4, args.measure_batch_size, args.iterations)
     if args.device != "measured":
-        trace = computeargs.ensure_operators(trace)
+        trace = computeargs.ensure_operators(trace, args.precision)
     if args.parallelism != "ddp":
         return _strategies(args, trace)
     out = []

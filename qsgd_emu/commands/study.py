@@ -142,7 +142,7 @@ def run_with(args, trace) -> int:
     import emulator
 
     if args.device != "measured":
-        trace = computeargs.ensure_operators(trace)
+        trace = computeargs.ensure_operators(trace, args.precision)
     cfg = emulator.StudyConfig(**{
         "trace": trace, "world_sizes": args.world_sizes, "bits": args.bits,
         "transports": args.transports, "topologies": tuple(args.topology or DEFAULT_TOPOLOGIES),

@@ -74,7 +74,29 @@ def test_precision_math_modes_follow_pytorch_defaults():
     fp8 = precision("fp8")
     h100 = device("H100")
     assert fp8.mode("gemm", "float16", h100) == "fp8" and fp8.mode("conv", "float16", h100) == "bf16"
-    assert [PRECISIONS[p].grad_bytes for p in ("fp32", "amp-bf16", "bf16")] == [4, 4, 2]
+    assert [PRECISIONS[p].grad_bytes for p in ("fp32", "amp-bf16", "bf16", "fp16")] == [4, 4, 2, 2]
+    assert precision("fp16").mode("gemm", "float16", v100) == "fp16"
+
+
+def test_a_float16_model_moves_fewer_bytes_than_autocast_and_runs_faster():
+    import torch
+
+    with torch.device("meta"):
+        m = qsgd.build_model("bert-base", seq_len=128)
+    ops = qsgd.record_operators(m, families=("amp", "half"), fused_attention=False)
+    amp, half = ops.family("amp"), ops.family("half")
+    nbytes = lambda fam, phase: sum(o.bytes[0] + 32 * o.bytes[1] for o in fam.ops  # noqa: E731
+                                    if o.phase == phase)
+    # no weight casts, softmax and layer norm in half: less memory traffic at batch 32
+    for phase in ("forward", "backward"):
+        assert nbytes(half, phase) < nbytes(amp, phase)
+    # the same products (FLOPs), run in float16 either way
+    flops = lambda fam: sum(o.flops[0] + 32 * o.flops[1] for o in fam.ops if o.kind == "gemm")  # noqa: E731
+    assert flops(half) == flops(amp)
+    v100 = device("V100")
+    t_half = step_times(half, 32, v100, precision("fp16"))
+    t_amp = step_times(amp, 32, v100, precision("amp-fp16"))
+    assert t_half.forward_s < t_amp.forward_s and t_half.backward_s < t_amp.backward_s
 
 
 @pytest.mark.parametrize("dev, prec, needle", [
@@ -82,6 +104,7 @@ def test_precision_math_modes_follow_pytorch_defaults():
     ("A100", "fp8", "needs fp8 units, which A100-80GB does not have"),
     ("T4", "tf32", "needs tf32 units, which T4 does not have"),
     ("K80", "amp-fp16", "needs fp16 units, which K80 does not have"),
+    ("K80", "fp16", "needs fp16 units, which K80 does not have"),
 ])
 def test_a_precision_the_device_has_no_units_for_is_refused(resnet, dev, prec, needle):
     with pytest.raises(emulator.ConfigError, match=needle):

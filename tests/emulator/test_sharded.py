@@ -152,6 +152,18 @@ def test_memory_per_gpu_follows_each_strategys_sharding(trace):
     assert m["ddp"].total > m["zero1"].total > m["zero2"].total > m["zero3"].total
 
 
+def test_a_float16_model_keeps_float32_master_weights_in_its_optimizer_state(trace):
+    n = trace.parameters
+    ddp = memory_per_gpu(trace, "ddp", 16, precision="fp16", batch_size=8)
+    fsdp = memory_per_gpu(trace, "fsdp", 16, precision="fp16", batch_size=8)
+    # ZeRO, Section 3.1: 2 bytes of weight, 2 of gradient, K = 12 of master weight and moments
+    assert (ddp.parameters, ddp.gradients, ddp.optimizer) == pytest.approx((2 * n, 2 * n, 12 * n))
+    assert fsdp.parameters + fsdp.gradients + fsdp.optimizer == pytest.approx(16 * n / 16)
+    assert ddp.buffers == pytest.approx(2 * n)                 # DDP's buckets hold float16
+    ops = trace.operators.family("half")
+    assert ddp.activations == ops.saved[0] + 8 * ops.saved[1]
+
+
 def test_a_model_that_does_not_fit_even_fully_sharded_is_refused(trace):
     dev = emulator.compute.device("H100")
     fits = check_fits(trace, "fsdp", [8, 16], precision="amp-bf16", batch_size=8, device=dev)

@@ -203,6 +203,25 @@ def test_a_module_without_input_shape_is_refused():
 
 
 # ---------------------------------------------------------------- in the trace
+def test_a_half_model_steps_float32_master_weights_between_two_copies():
+    model = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 4))
+    ops = record_operators(model, input_shape=(16,), families=("amp", "half"))
+    half, amp = ops.family("half"), ops.family("amp")
+    n = sum(p.numel() for p in model.parameters())
+    # the layers in float16 as model.half() runs them, layer_norm too; of autocast's eight
+    # casts only the output's to float32 for the loss is left
+    assert {o.dtype for o in half.ops if o.kind in ("gemm", "norm")} == {"float16"}
+    assert len([o for o in _ops(half, "forward") if o.op == "aten._to_copy.default"]) == 1
+    opt = _ops(half, "optimizer")
+    # gradients into the masters (2 bytes read, 4 written an element), masters back (4 + 2)
+    for copy in (opt[0], opt[-1]):
+        assert copy.op == "aten._foreach_copy_.default" and copy.tensors == 6    # parameters
+        assert copy.bytes == (6 * n, 0)
+    # between them the optimizer autocast's float32 parameters run, kernel for kernel
+    plain = [o for o in _ops(amp, "optimizer") if o.kind != "scaler"]
+    assert [(o.op, o.dtype, o.bytes) for o in opt[1:-1]] == [(o.op, o.dtype, o.bytes) for o in plain]
+
+
 def test_meta_measurement_records_layout_and_operators_without_running(tmp_path):
     cfg = qsgd.QSGDConfig.from_bits(4)
     trace = qsgd.measure("resnet50", cfg, device="meta")
@@ -213,7 +232,7 @@ def test_meta_measurement_records_layout_and_operators_without_running(tmp_path)
     path = tmp_path / "t.json"
     trace.save(path)
     doc = json.loads(path.read_text())
-    assert doc["version"] == 3 and set(doc["operators"]["families"]) == {"fp32", "amp", "bf16"}
+    assert doc["version"] == 3 and set(doc["operators"]["families"]) == {"fp32", "amp", "bf16", "half"}
     back = qsgd.PayloadTrace.load(path)
     assert back.operators == trace.operators and back == trace
     with pytest.raises(qsgd.ConfigError, match="packed codec"):
@@ -247,6 +266,11 @@ def test_trace_operators_are_validated_and_older_versions_still_read(tmp_path):
     v2 = qsgd.PayloadTrace.from_dict(old)
     assert v2.operators is None
     assert qsgd.add_operators(v2).operators == trace.operators
+    # a trace without one family gets it recorded beside the others, which stay as they were
+    fams = {k: v for k, v in trace.operators.families.items() if k != "half"}
+    older = dataclasses.replace(trace, operators=dataclasses.replace(trace.operators, families=fams))
+    assert qsgd.add_operators(older) is older
+    assert qsgd.add_operators(older, families=("half", "fp32")).operators == trace.operators
 
 
 def test_add_operators_names_a_model_it_cannot_build():

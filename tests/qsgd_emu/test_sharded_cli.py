@@ -1,6 +1,7 @@
 """``--parallelism`` on the command line: a sharded study's table, recommend's pick, refusals."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -55,3 +56,20 @@ def test_recommend_picks_a_strategy(trace_path):
     (choice,) = json.loads(text)["strategies"]
     assert {o["strategy"] for o in choice["options"]} == {"ddp", "fsdp", "zero2"}
     assert choice["best"]["iteration_s"] == min(o["iteration_s"] for o in choice["options"])
+
+
+def test_a_trace_without_the_precisions_operators_gets_them_recorded(tmp_path):
+    trace = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta")
+    fams = {k: v for k, v in trace.operators.families.items() if k != "half"}
+    older = tmp_path / "older.json"
+    dataclasses.replace(trace, operators=dataclasses.replace(trace.operators, families=fams)).save(older)
+    runs = {}
+    for prec in ("fp16", "amp-fp16"):
+        code, _, err = run_cli(["study", "--trace", str(older), *BASE, "--world-sizes", "16",
+                                "--bits", "32", "--precision", prec, "--out", str(tmp_path / prec)])
+        assert code == 0, err
+        runs[prec] = json.loads((tmp_path / prec / "study.json").read_text())["rows"][0]
+        assert ("no 'half' operator records (fp16); recording them" in err) == (prec == "fp16")
+    assert runs["fp16"]["precision"] == "fp16"
+    # a float16 model all-reduces float16 gradients: half the bytes of autocast's float32 ones
+    assert runs["fp16"]["bytes_per_gpu"] == pytest.approx(runs["amp-fp16"]["bytes_per_gpu"] / 2)
