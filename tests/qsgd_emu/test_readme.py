@@ -31,6 +31,10 @@ SMALL = {
     "bench qsgd": ["--numel", "65536", "--repeats", "1"],
     "bench emulator": ["--sizes", "64", "--naive-max", "64", "--congested", "none", "--no-startup"],
     "bench topologies": ["--max-gpus", "64", "--baseline-pairs", "2"],
+    # the whole table (44 s) is what benchmarks/RESULTS.md quotes; two cases run the command here,
+    # and test_validate_compute_cli checks that each case's model and precision are buildable
+    "validate compute": ["--ids", "lambda-v100-sxm2-16gb-resnet50-fp32-b128,"
+                                  "lambda-v100-sxm2-16gb-bert-large-squad-fp16-b16"],
 }
 
 

@@ -29,3 +29,20 @@ def test_an_unknown_case_is_one_line_naming_it(capsys):
     assert main(["validate", "compute", "--ids", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "['nope']" in err[0]
+
+
+def test_every_case_names_a_zoo_model_a_gpu_and_a_precision_that_fit():
+    # the README's tour runs two cases; each case's model builds (meta) and its GPU has units
+    # for its precision, so `validate compute` with no ids reaches every row
+    import torch
+
+    import qsgd
+    from emulator.compute import device, precision
+
+    cases = load_cases()
+    assert len(cases) >= 30 and len({c.id for c in cases}) == len(cases)
+    for c in cases:
+        with torch.device("meta"):
+            model = qsgd.build_model(c.model, **c.args)
+        assert sum(p.numel() for p in model.parameters()) > 1e6, c.id
+        precision(c.precision).check(device(c.device))
