@@ -38,7 +38,7 @@ from emulator.errors import ConfigError
 __all__ = ["Memory", "memory_per_gpu", "check_fits"]
 
 #: Optimizer moments per parameter (AdamW: first and second; SGD: the momentum).
-MOMENTS = {"adamw": 2, "sgd": 1}
+MOMENTS = {"adamw": 2, "sgd": 1, "bertadam": 2}
 #: Strategies whose model states follow DeepSpeed's mixed precision (16-bit model, float32
 #: master copy in the optimizer).
 DEEPSPEED = ("zero1", "zero2", "zero3")

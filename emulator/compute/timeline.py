@@ -9,7 +9,8 @@ batches). So kernel ``i`` starts at ``max(issued_i, end_{i-1})`` and ends
 parameter's gradient is ready when the kernel after which its hook fired ends. The step
 starts with host and GPU idle (a training loop reads its loss every step), and
 ``GradScaler.step`` reads the found-inf flag on the host (a synchronisation) before the
-optimizer's kernels.
+optimizer's kernels, as an optimizer that reads a device value first does
+(:attr:`qsgd.operators.OperatorSet.host_sync`: DeepLearningExamples' BertAdam).
 """
 from __future__ import annotations
 
@@ -82,8 +83,10 @@ def step_times(opset, batch: int, device: Device, precision: Precision,
             ends.append(dev)
             continue
         launches = max(1, -(-op.tensors // FOREACH_TENSORS)) if op.kind in ("optimizer", "scaler") else 1
-        if op.phase == "optimizer" and "optimizer" not in marks and precision.scaler:
-            host = max(host, dev)   # GradScaler.step reads found_inf on the host
+        if op.phase == "optimizer" and "optimizer" not in marks and (
+                precision.scaler or opset.host_sync):
+            # GradScaler.step reads found_inf on the host; BertAdam its gradient norm
+            host = max(host, dev)
         marks.setdefault(op.phase, i)
         host += HOST_OP_S * launches
         k = seconds[i] if seconds is not None else \

@@ -3,7 +3,9 @@
 Cases live in ``tests/emulator/data/compute/published_throughput.json`` (format
 ``qsgd-published-compute``, version 1; its README names each source and how every figure was
 read). Each case says how this project builds its model (``zoo``: a
-:data:`qsgd.MODELS` name, its arguments and whether activations are channels-last), the GPU,
+:data:`qsgd.MODELS` name, its arguments, whether activations are channels-last, attention
+written by hand or fused, and the optimizer when the run's is not the model's usual one: a
+key of :data:`qsgd.OPTIMIZERS`), the GPU,
 the precision and the per-GPU batch; :func:`predict_case` records that model's operators on the
 meta device and times one training step with :func:`emulator.compute.step_times`, so the
 prediction is ``batch / step seconds``. Nothing in the compute model is fitted to these cases;
@@ -41,6 +43,7 @@ class ComputeCase:
     samples_per_s: float
     source: str
     notes: str = field(default="", compare=False)
+    optimizer: str | None = None
 
 
 def _field(case: dict, key: str, where: str):
@@ -92,12 +95,22 @@ def load_cases(path: str | os.PathLike | None = None) -> list[ComputeCase]:
         attention = zoo.get("attention", "fused")
         if attention not in ("fused", "math"):
             raise TraceError(f"{where}.zoo.attention must be 'fused' or 'math', got {attention!r}")
+        optimizer = zoo.get("optimizer")
+        if optimizer is not None and optimizer not in _optimizers():
+            raise TraceError(f"{where}.zoo.optimizer must be one of {sorted(_optimizers())}, "
+                             f"got {optimizer!r}")
         out.append(ComputeCase(str(_field(c, "id", where)), zoo["model"], dict(zoo.get("args", {})),
                                bool(zoo.get("channels_last", False)), attention == "fused",
                                c["device"], c["precision"],
                                batch, float(rate), src.get("title", "") if isinstance(src, dict) else str(src),
-                               str(c.get("notes", ""))))
+                               str(c.get("notes", "")), optimizer))
     return out
+
+
+def _optimizers():
+    import qsgd     # torch: only once a file is read
+
+    return qsgd.OPTIMIZERS
 
 
 def _default_path() -> str:
@@ -105,14 +118,16 @@ def _default_path() -> str:
     return os.path.join(os.path.dirname(os.path.dirname(here)), DEFAULT_PATH)
 
 
-def _operators(model: str, args: tuple, channels_last: bool, fused_attention: bool):
+def _operators(model: str, args: tuple, channels_last: bool, fused_attention: bool,
+               optimizer: str | None):
     import torch
 
     import qsgd
 
     with torch.device("meta"):
         m = qsgd.build_model(model, **dict(args))
-    return qsgd.record_operators(m, channels_last=channels_last, fused_attention=fused_attention)
+    return qsgd.record_operators(m, channels_last=channels_last, fused_attention=fused_attention,
+                                 optimizer=optimizer)
 
 
 def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
@@ -125,7 +140,8 @@ def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
         ``predicted`` (samples/s), ``error`` (predicted / published - 1), ``step_s`` and
         ``host_bound_s`` (seconds the GPU waited for the host), ``source``.
     """
-    key = (case.model, tuple(sorted(case.args.items())), case.channels_last, case.fused_attention)
+    key = (case.model, tuple(sorted(case.args.items())), case.channels_last, case.fused_attention,
+           case.optimizer)
     if cache is not None and key in cache:
         ops = cache[key]
     else:

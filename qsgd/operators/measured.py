@@ -99,7 +99,7 @@ def time_operators(model: torch.nn.Module, batch_size: int, *, input_shape=None,
         Samples per step.
     input_shape : tuple of int, optional
         One sample's shape, for a module without ``example_input``.
-    optimizer : {"sgd", "adamw"}, optional
+    optimizer : {"sgd", "adamw", "bertadam"}, optional
         Default: the model's ``training_optimizer``, else ``"sgd"``.
     precision : {"fp32", "amp-fp16", "amp-bf16"}
         The step under ``torch.autocast`` of that dtype (fp16 with GradScaler's unscale).

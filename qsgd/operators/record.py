@@ -27,6 +27,7 @@ from torch.utils.flop_counter import flop_registry
 
 from qsgd.errors import ModelError
 from .functions import Functions, attention_record
+from .optimizers import OPTIMIZERS
 from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, conv_geometry, kind_of
 from .records import FAMILIES, Operator, Operators, OperatorSet, affine_fit
 
@@ -34,12 +35,6 @@ from .records import FAMILIES, Operator, Operators, OperatorSet, affine_fit
 #: batch a BatchNorm in training mode accepts after global pooling).
 BATCHES = (2, 3)
 
-#: Optimizers a step is recorded with, as torch builds them for CUDA parameters (the
-#: multi-tensor ``foreach`` implementations are torch's default there).
-OPTIMIZERS = {
-    "sgd": lambda params: torch.optim.SGD(params, lr=0.1, momentum=0.9, foreach=True),
-    "adamw": lambda params: torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, foreach=True),
-}
 
 #: How a family runs: the parameters' dtype and autocast's lower precision.
 _FAMILY = {"fp32": (torch.float32, None), "amp": (torch.float32, torch.float16),
@@ -335,8 +330,9 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
         One sample's shape, for a module without ``example_input``.
     families : tuple of str
         Which of :data:`~qsgd.operators.records.FAMILIES` to record.
-    optimizer : {"sgd", "adamw"}, optional
-        The optimizer (default: the model's ``training_optimizer``, else ``"sgd"``).
+    optimizer : {"sgd", "adamw", "bertadam"}, optional
+        The optimizer (:data:`~qsgd.operators.optimizers.OPTIMIZERS`; default: the model's
+        ``training_optimizer``, else ``"sgd"``).
     channels_last : bool
         Lay 4-D activations and weights out channels-last (NHWC, ``torch.channels_last``), as
         ``model.to(memory_format=torch.channels_last)`` does; the default is torch's NCHW.

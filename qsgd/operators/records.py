@@ -56,6 +56,10 @@ DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: bfloat16 runs the same operators), pure bf16 parameters, and a float16 model stepped
 #: through float32 master weights (``half``: apex amp O2, DeepSpeed's fp16).
 FAMILIES = ("fp32", "amp", "bf16", "half")
+#: Optimizers whose step reads a device value on the host before it updates, so the device
+#: drains first (``qsgd.operators.optimizers``: DeepLearningExamples' BertAdam reads its
+#: global gradient norm with ``.item()``).
+HOST_SYNC_OPTIMIZERS = frozenset({"bertadam"})
 
 
 def _affine(v, path: str) -> tuple[int, int]:
@@ -216,7 +220,7 @@ class OperatorSet:
         Parameter name -> number of operators issued (from the start of the step) when its
         gradient is ready (torch's post-accumulate-grad hook fired).
     optimizer : str
-        The optimizer recorded (``"sgd"``: momentum SGD; ``"adamw"``).
+        The optimizer recorded (``"sgd"``: momentum SGD; ``"adamw"``; ``"bertadam"``).
     first_use : dict
         Parameter name -> ``(forward, backward)``: how many operators were issued before the
         first one that reads it in each phase (None where none does). What a sharded step
@@ -249,6 +253,12 @@ class OperatorSet:
                     or any(k is not None and (not is_int(k) or not 0 <= k < n) for k in pair)):
                 raise TraceError(f"operators.{self.family}.first_use[{name!r}] must be two "
                                  f"operator indices (or null) below {n}, got {pair!r}")
+
+    @property
+    def host_sync(self) -> bool:
+        """Whether the optimizer reads a device value on the host before its update
+        (:data:`HOST_SYNC_OPTIMIZERS`)."""
+        return self.optimizer in HOST_SYNC_OPTIMIZERS
 
     def phase_span(self, phase: str) -> tuple[int, int]:
         """``(first, end)`` indices of ``phase``'s operators (phases are contiguous)."""

@@ -222,6 +222,23 @@ def test_a_half_model_steps_float32_master_weights_between_two_copies():
     assert [(o.op, o.dtype, o.bytes) for o in opt[1:-1]] == [(o.op, o.dtype, o.bytes) for o in plain]
 
 
+def test_bertadam_steps_parameter_by_parameter_after_a_norm_read_on_the_host():
+    model = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.Linear(32, 4))
+    ops = record_operators(model, input_shape=(16,), families=("fp32",),
+                           optimizer="bertadam").family("fp32")
+    opt = _ops(ops, "optimizer")
+    # one multi-tensor norm of every gradient, reduced to one number (DeepLearningExamples'
+    # multi_tensor_l2norm, read with .item())
+    assert [o.op for o in opt[:3]] == ["aten._foreach_norm.Scalar", "aten.stack.default",
+                                       "aten.linalg_vector_norm.default"]
+    # then per parameter: two moments (4), the update (3), the step (3), and on the two
+    # weights (not the biases or the norm's) the decay (2): one kernel per tensor each
+    assert len(opt) == 3 + 6 * 10 + 2 * 2 and all(o.tensors == 1 for o in opt[3:])
+    assert ops.host_sync
+    assert not record_operators(model, input_shape=(16,), families=("fp32",),
+                                optimizer="adamw").family("fp32").host_sync
+
+
 def test_meta_measurement_records_layout_and_operators_without_running(tmp_path):
     cfg = qsgd.QSGDConfig.from_bits(4)
     trace = qsgd.measure("resnet50", cfg, device="meta")
