@@ -288,6 +288,10 @@ def test_trace_operators_are_validated_and_older_versions_still_read(tmp_path):
     older = dataclasses.replace(trace, operators=dataclasses.replace(trace.operators, families=fams))
     assert qsgd.add_operators(older) is older
     assert qsgd.add_operators(older, families=("half", "fp32")).operators == trace.operators
+    # with the optimizer the others were recorded with, not the model's usual one
+    adamw = qsgd.record_operators(qsgd.build_model("mlp"), families=("fp32",), optimizer="adamw")
+    mixed = qsgd.add_operators(dataclasses.replace(trace, operators=adamw), families=("half",))
+    assert mixed.operators.family("half").optimizer == "adamw"
 
 
 def test_add_operators_names_a_model_it_cannot_build():
