@@ -44,7 +44,7 @@ from qsgd.host import measure_host
 from qsgd.errors import ConfigError
 from qsgd.models import build_model, forward_flops, model_name
 from qsgd.operators import record_operators
-from qsgd.operators.records import FAMILIES
+from qsgd.operators.records import DEFAULT_FAMILIES
 from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
 from qsgd.tracevariance import BucketVariance, ParamVariance
 from qsgd.variance import DEFAULT_BITS, variance_ratios
@@ -357,7 +357,7 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None) 
 
     have = trace.operators
     if families is None:
-        families = FAMILIES if have is None else ()
+        families = DEFAULT_FAMILIES if have is None else ()
     missing = tuple(f for f in families if have is None or f not in have.families)
     if not missing:
         return trace

@@ -119,7 +119,7 @@ def _default_path() -> str:
 
 
 def _operators(model: str, args: tuple, channels_last: bool, fused_attention: bool,
-               optimizer: str | None):
+               optimizer: str | None, family: str):
     import torch
 
     import qsgd
@@ -127,7 +127,7 @@ def _operators(model: str, args: tuple, channels_last: bool, fused_attention: bo
     with torch.device("meta"):
         m = qsgd.build_model(model, **dict(args))
     return qsgd.record_operators(m, channels_last=channels_last, fused_attention=fused_attention,
-                                 optimizer=optimizer)
+                                 optimizer=optimizer, families=(family,))
 
 
 def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
@@ -140,16 +140,17 @@ def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
         ``predicted`` (samples/s), ``error`` (predicted / published - 1), ``step_s`` and
         ``host_bound_s`` (seconds the GPU waited for the host), ``source``.
     """
+    dev, prec = device_named(case.device), precision_named(case.precision)
+    prec.check(dev)
+    # only the family the case's precision runs: one recording, not four
     key = (case.model, tuple(sorted(case.args.items())), case.channels_last, case.fused_attention,
-           case.optimizer)
+           case.optimizer, prec.family)
     if cache is not None and key in cache:
         ops = cache[key]
     else:
         ops = _operators(*key)
         if cache is not None:
             cache[key] = ops
-    dev, prec = device_named(case.device), precision_named(case.precision)
-    prec.check(dev)
     t = step_times(ops.family(prec.family), case.batch_size, dev, prec)
     predicted = case.batch_size / t.step_s
     return {"id": case.id, "model": case.model, "device": dev.name, "precision": prec.name,

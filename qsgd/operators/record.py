@@ -29,7 +29,7 @@ from qsgd.errors import ModelError
 from .functions import Functions, attention_record
 from .optimizers import OPTIMIZERS
 from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, conv_geometry, kind_of
-from .records import FAMILIES, Operator, Operators, OperatorSet, affine_fit
+from .records import DEFAULT_FAMILIES, FAMILIES, Operator, Operators, OperatorSet, affine_fit
 
 #: Batch sizes the step is recorded at (two points fix an affine count; 2 is the smallest
 #: batch a BatchNorm in training mode accepts after global pooling).
@@ -316,7 +316,7 @@ def _fit(rows1: list[dict], rows2: list[dict], family: str) -> tuple[Operator, .
 
 
 def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | None = None,
-                     families: tuple[str, ...] = FAMILIES, optimizer: str | None = None,
+                     families: tuple[str, ...] = DEFAULT_FAMILIES, optimizer: str | None = None,
                      channels_last: bool = False, fused_attention: bool = True) -> Operators:
     """Every kernel of one training step of ``model``, in each precision family.
 
@@ -329,7 +329,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     input_shape : tuple of int, optional
         One sample's shape, for a module without ``example_input``.
     families : tuple of str
-        Which of :data:`~qsgd.operators.records.FAMILIES` to record.
+        Which of :data:`~qsgd.operators.records.FAMILIES` to record (default
+        :data:`~qsgd.operators.records.DEFAULT_FAMILIES`: all but ``half``).
     optimizer : {"sgd", "adamw", "bertadam"}, optional
         The optimizer (:data:`~qsgd.operators.optimizers.OPTIMIZERS`; default: the model's
         ``training_optimizer``, else ``"sgd"``).

@@ -56,6 +56,10 @@ DTYPES = {"float32": 4, "float16": 2, "bfloat16": 2}
 #: bfloat16 runs the same operators), pure bf16 parameters, and a float16 model stepped
 #: through float32 master weights (``half``: apex amp O2, DeepSpeed's fp16).
 FAMILIES = ("fp32", "amp", "bf16", "half")
+#: The families a model is recorded in unless others are asked for: those of the precisions
+#: people train with by default (fp32/TF32, autocast, bf16); ``half`` is recorded when the
+#: ``fp16`` precision asks for it (``qsgd.add_operators(trace, families=("half",))``).
+DEFAULT_FAMILIES = ("fp32", "amp", "bf16")
 #: Optimizers whose step reads a device value on the host before it updates, so the device
 #: drains first (``qsgd.operators.optimizers``: DeepLearningExamples' BertAdam reads its
 #: global gradient norm with ``.item()``).
@@ -340,7 +344,8 @@ class Operators:
         """The :class:`OperatorSet` of family ``name``; TraceError naming the recorded ones."""
         if name not in self.families:
             raise TraceError(f"operators: family {name!r} was not recorded; have "
-                             f"{sorted(self.families)}")
+                             f"{sorted(self.families)} (qsgd.add_operators(trace, "
+                             f"families=({name!r},)) records it from the model)")
         return self.families[name]
 
     def to_dict(self) -> dict:

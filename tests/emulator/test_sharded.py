@@ -153,6 +153,7 @@ def test_memory_per_gpu_follows_each_strategys_sharding(trace):
 
 
 def test_a_float16_model_keeps_float32_master_weights_in_its_optimizer_state(trace):
+    trace = qsgd.add_operators(trace, families=("half",))
     n = trace.parameters
     ddp = memory_per_gpu(trace, "ddp", 16, precision="fp16", batch_size=8)
     fsdp = memory_per_gpu(trace, "fsdp", 16, precision="fp16", batch_size=8)

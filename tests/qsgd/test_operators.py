@@ -249,7 +249,7 @@ def test_meta_measurement_records_layout_and_operators_without_running(tmp_path)
     path = tmp_path / "t.json"
     trace.save(path)
     doc = json.loads(path.read_text())
-    assert doc["version"] == 3 and set(doc["operators"]["families"]) == {"fp32", "amp", "bf16", "half"}
+    assert doc["version"] == 3 and set(doc["operators"]["families"]) == {"fp32", "amp", "bf16"}
     back = qsgd.PayloadTrace.load(path)
     assert back.operators == trace.operators and back == trace
     with pytest.raises(qsgd.ConfigError, match="packed codec"):
@@ -283,11 +283,15 @@ def test_trace_operators_are_validated_and_older_versions_still_read(tmp_path):
     v2 = qsgd.PayloadTrace.from_dict(old)
     assert v2.operators is None
     assert qsgd.add_operators(v2).operators == trace.operators
-    # a trace without one family gets it recorded beside the others, which stay as they were
-    fams = {k: v for k, v in trace.operators.families.items() if k != "half"}
-    older = dataclasses.replace(trace, operators=dataclasses.replace(trace.operators, families=fams))
-    assert qsgd.add_operators(older) is older
-    assert qsgd.add_operators(older, families=("half", "fp32")).operators == trace.operators
+    # the fp16 precision's family is recorded when asked for, beside the others, which stay
+    assert "half" not in trace.operators.families and qsgd.add_operators(trace) is trace
+    more = qsgd.add_operators(trace, families=("half", "fp32")).operators
+    assert {k: v for k, v in more.families.items() if k != "half"} == dict(trace.operators.families)
+    assert more.family("half") == qsgd.record_operators(qsgd.build_model("mlp"),
+                                                        families=("half",)).family("half")
+    with pytest.raises(qsgd.TraceError, match=r"family 'half' was not recorded; have \['amp', "
+                                              r"'bf16', 'fp32'\] \(qsgd.add_operators"):
+        trace.operators.family("half")
     # with the optimizer the others were recorded with, not the model's usual one
     adamw = qsgd.record_operators(qsgd.build_model("mlp"), families=("fp32",), optimizer="adamw")
     mixed = qsgd.add_operators(dataclasses.replace(trace, operators=adamw), families=("half",))
