@@ -133,7 +133,8 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
             warmup: int = 1, input_shape: tuple[int, ...] | None = None, lr: float = 0.01,
             variance_bits: tuple[int, ...] = DEFAULT_BITS, variance_samples: int = 2,
             progress: Callable[[str], None] | None = None, operators: bool = True,
-            operator_seconds: bool | None = None) -> PayloadTrace:
+            operator_seconds: bool | None = None,
+            families: tuple[str, ...] = DEFAULT_FAMILIES) -> PayloadTrace:
     """Run real training steps of ``model`` and record QSGD payloads and timings per DDP bucket.
 
     Parameters
@@ -180,6 +181,10 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     operator_seconds : bool, optional
         Also time one more real step per operator (:func:`qsgd.operators.measured.time_operators`,
         torch.profiler) into ``operators.measured``; default: on CUDA.
+    families : tuple of str
+        The operator families recorded (:data:`qsgd.operators.FAMILIES`; default the three
+        of the default precisions): fewer is faster, more can be added later
+        (:func:`add_operators`).
 
     Returns
     -------
@@ -241,7 +246,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     input_shape = tuple(input_shape)
     if meta:
         return _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_bytes,
-                             first_bucket_bytes, bucket_order)
+                             first_bucket_bytes, bucket_order, families)
     model = model.to(dev).train()
     params = ddp_parameters(model)
     if not params:
@@ -310,15 +315,17 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
                                                             variance_samples, iterations))
                       for b in buckets),
         iterations=tuple(records), bucket_assignment=bucket_order, extra=extra,
-        operators=_operators(model, input_shape, batch_size, dev, operators, operator_seconds),
+        operators=_operators(model, input_shape, batch_size, dev, operators, operator_seconds,
+                             families),
     )
 
 
-def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bool | None):
+def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bool | None,
+               families: tuple[str, ...]):
     """The trace's operator records, with one timed step's seconds on a GPU."""
     if not operators:
         return None
-    ops = record_operators(model, input_shape=input_shape)
+    ops = record_operators(model, input_shape=input_shape, families=families)
     if seconds if seconds is not None else dev.type == "cuda":
         import dataclasses
 
@@ -329,11 +336,13 @@ def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bo
     return ops
 
 
-def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None) -> PayloadTrace:
+def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, *,
+                  model: nn.Module | None = None) -> PayloadTrace:
     """``trace`` with its model's operator records (:func:`qsgd.record_operators`), for a
     trace written before traces carried them (or carried these ``families``); the model is
-    built from ``trace.model`` on the meta device (no weights). A trace that has them is
-    returned as it is; one that lacks some of ``families`` gets those recorded beside its own.
+    ``model`` (one built with arguments a name does not carry) or is built from
+    ``trace.model`` on the meta device (no weights). A trace that has them is returned as it
+    is; one that lacks some of ``families`` gets those recorded beside its own.
 
     Raises
     ------
@@ -362,8 +371,9 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None) 
     if not missing:
         return trace
     try:
-        with torch.device("meta"):
-            model = build_model(trace.model)
+        if model is None:
+            with torch.device("meta"):
+                model = build_model(trace.model)
     except ModelError as exc:
         what = "no operator records" if have is None else f"no {list(missing)} operator records"
         raise TraceError(f"trace of {trace.model!r} has {what} and its model cannot "
@@ -388,15 +398,16 @@ def _shapes(bucket, params) -> dict:
 
 
 def _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_bytes,
-                  first_bucket_bytes, bucket_order) -> PayloadTrace:
+                  first_bucket_bytes, bucket_order, families) -> PayloadTrace:
     """A trace of ``model``'s layout and operators with no step run (``device="meta"``)."""
     params = ddp_parameters(model)
     if not params:
         raise ConfigError(f"model {name!r} has no trainable parameters")
-    ops = record_operators(model, input_shape=input_shape)
+    ops = record_operators(model, input_shape=input_shape, families=families)
     if bucket_order == "ready":
         # DDP's rebuilt buckets follow the order the gradients became ready in backward
-        ready = ops.family("fp32").ready
+        # (the same parameters in the same order in every family; fp32's where recorded)
+        ready = ops.family("fp32" if "fp32" in ops.families else next(iter(ops.families))).ready
         order = sorted(ready, key=lambda n: ready[n])
         buckets = ddp_buckets(model, bucket_cap_bytes, first_bucket_bytes, ready_order=order)
     else:

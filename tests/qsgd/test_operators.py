@@ -252,6 +252,10 @@ def test_meta_measurement_records_layout_and_operators_without_running(tmp_path)
     assert doc["version"] == 3 and set(doc["operators"]["families"]) == {"fp32", "amp", "bf16"}
     back = qsgd.PayloadTrace.load(path)
     assert back.operators == trace.operators and back == trace
+    # one family asked for: the same buckets (DDP's ready order is every family's)
+    amp = qsgd.measure("resnet50", cfg, device="meta", families=("amp",))
+    assert set(amp.operators.families) == {"amp"} and amp.buckets == trace.buckets
+    assert amp.operators.family("amp") == trace.operators.family("amp")
     with pytest.raises(qsgd.ConfigError, match="packed codec"):
         qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4, codec="elias"), device="meta")
 
