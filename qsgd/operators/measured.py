@@ -21,9 +21,10 @@ from qsgd.errors import ModelError, TraceError
 from qsgd._checks import is_int, is_number
 from .records import Operator, OperatorSet
 
-#: precision -> (operator family, torch.autocast dtype or None)
+#: precision -> (operator family, torch.autocast dtype or None); the 2-byte families run the
+#: model in their dtype (``bf16``; ``fp16``: float16 with float32 master weights)
 PRECISIONS = {"fp32": ("fp32", None), "amp-fp16": ("amp", torch.float16),
-              "amp-bf16": ("amp", torch.bfloat16)}
+              "amp-bf16": ("amp", torch.bfloat16), "bf16": ("bf16", None), "fp16": ("half", None)}
 
 METHOD = ("one real step after one warm-up, every kernel-launching ATen operator in a "
           "torch.profiler.record_function range: its kernels' device time on CUDA, its wall "
@@ -45,7 +46,8 @@ class MeasuredOperators:
     device_name : str
         The device it ran on (``torch.cuda.get_device_name``, or the CPU's name).
     precision : str
-        ``"fp32"``, ``"amp-fp16"`` or ``"amp-bf16"`` (``torch.autocast`` with that dtype).
+        A key of :data:`PRECISIONS`: ``"fp32"``, ``"amp-fp16"`` or ``"amp-bf16"``
+        (``torch.autocast`` with that dtype), ``"bf16"`` or ``"fp16"`` (a 2-byte model).
     """
 
     operators: OperatorSet
@@ -101,8 +103,10 @@ def time_operators(model: torch.nn.Module, batch_size: int, *, input_shape=None,
         One sample's shape, for a module without ``example_input``.
     optimizer : {"sgd", "adamw", "bertadam"}, optional
         Default: the model's ``training_optimizer``, else ``"sgd"``.
-    precision : {"fp32", "amp-fp16", "amp-bf16"}
-        The step under ``torch.autocast`` of that dtype (fp16 with GradScaler's unscale).
+    precision : {"fp32", "amp-fp16", "amp-bf16", "bf16", "fp16"}
+        The step under ``torch.autocast`` of that dtype (fp16 with GradScaler's unscale), or
+        of the model in bfloat16, or in float16 stepped through float32 master weights (the
+        model is converted to that dtype).
 
     Returns
     -------
@@ -116,20 +120,24 @@ def time_operators(model: torch.nn.Module, batch_size: int, *, input_shape=None,
     >>> len(m.seconds) == len(m.operators.ops) and all(s > 0 for s in m.seconds)
     True
     """
-    from .record import OPTIMIZERS, _Recorder, _step
+    from .record import _FAMILY, OPTIMIZERS, _MasterWeights, _Recorder, _step
 
     if not is_int(batch_size) or batch_size < 1:
         raise ModelError(f"batch_size must be a positive int, got {batch_size!r}")
     if precision not in PRECISIONS:
         raise ModelError(f"precision must be one of {list(PRECISIONS)}, got {precision!r}")
     family, amp = PRECISIONS[precision]
+    if _FAMILY[family][0] != torch.float32:
+        model.to(_FAMILY[family][0])
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not params:
         raise ModelError(f"model {type(model).__name__} has no trainable parameters")
     device = params[0][1].device
     optimizer = optimizer or getattr(model, "training_optimizer", "sgd")
     input_shape = tuple(input_shape or getattr(model, "input_shape", ()) or ())
-    opt = OPTIMIZERS[optimizer]([p for _, p in params])
+    build = OPTIMIZERS[optimizer]
+    opt = (_MasterWeights(build, [p for _, p in params]) if family == "half"
+           else build([p for _, p in params]))
     ready: dict[str, int] = {}
     recorder = _Recorder()
 

@@ -379,6 +379,21 @@ def test_a_timed_step_records_every_operator_with_its_seconds(timed_trace, tmp_p
     assert qsgd.PayloadTrace.load(path).operators.measured == m
 
 
+@pytest.mark.parametrize("prec, family, dtype", [("fp16", "half", "float16"),
+                                                  ("bf16", "bf16", "bfloat16")])
+def test_a_two_byte_model_is_timed_in_its_own_dtype(prec, family, dtype):
+    from qsgd.operators.measured import time_operators
+
+    model = qsgd.build_model("mlp")
+    m = time_operators(model, 4, precision=prec)
+    recorded = qsgd.record_operators(qsgd.build_model("mlp"), families=(family,)).family(family)
+    # the same kernels the meta recording gives, each timed, on a model now in that dtype
+    assert m.operators.family == family and m.precision == prec
+    assert [o.op for o in m.operators.ops] == [o.op for o in recorded.ops]
+    assert all(s > 0 for s in m.seconds)
+    assert {str(p.dtype) for p in model.parameters()} == {f"torch.{dtype}"}
+
+
 def _as_measured_on(trace, name):
     m = dataclasses.replace(trace.operators.measured, device_name=name)
     return dataclasses.replace(trace, operators=dataclasses.replace(trace.operators, measured=m))
