@@ -3,7 +3,9 @@
 Each case runs the command in a fresh process, as a user would (process start included),
 and reads its rusage (``os.wait4``): wall, user + system CPU seconds and peak resident memory.
 ``--root`` runs another checkout's code (a worktree of an older commit, for before/after
-ratios in the same run: timings move with the machine's load, ratios much less).
+ratios in the same run: timings move with the machine's load, ratios much less). Before each
+case a fixed pure-Python loop runs in its own process (``ref s``): this VM's speed swings by
+up to 1.6x from one minute to the next, and that column says how fast it ran at the time.
 
     .venv/bin/python benchmarks/scale_simulate.py \\
         --cases "cluster:dgx_h100x1024,fabric=rail 1MB" "cluster:dgx_h100x1024 1GB"
@@ -47,6 +49,20 @@ def run_case(root: str, spec: str, size: str, extra: list, timeout: float) -> di
             "progress": sum(1 for l in err.splitlines() if l.startswith("simulate:"))}
 
 
+#: The reference workload: six million Python additions of squares (0.64-1.19 s on this
+#: 2-core VM across 2026-12-06, 0.66 s in its usual minutes).
+REFERENCE = "s = 0\nfor i in range(6_000_000): s += i * i"
+
+
+def reference_s() -> float:
+    """Wall seconds of :data:`REFERENCE` in a fresh interpreter (start-up included)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", REFERENCE], check=True)
+    wall = time.perf_counter() - t0
+    _child_usage()          # its CPU seconds are not the next case's
+    return wall
+
+
 def _value(lines: dict, key: str) -> str:
     """The value of an output row ``key  value`` ("" when the output has no such row)."""
     parts = lines.get(key, "").split(None, 1)
@@ -73,19 +89,21 @@ def main(argv=None) -> int:
     ap.add_argument("--timeout", type=float, default=600.0)
     ap.add_argument("--extra", default="", help="more simulate options, space separated")
     args = ap.parse_args(argv)
-    print(f"{'case':52s} {'wall s':>7s} {'cpu s':>7s} {'peak GB':>8s} {'lines':>5s}  "
+    print(f"{'case':52s} {'ref s':>6s} {'wall s':>7s} {'cpu s':>7s} {'peak GB':>8s} {'lines':>5s}  "
           f"{'time':>14s}  method / status")
     for case in args.cases:
         spec, size = case.split()
+        ref = reference_s()
         r = run_case(args.root, spec, size, args.extra.split(), args.timeout)
         if r["status"] != "ok":
-            print(f"{case:52s} {r['wall']:7.1f} {'':>7s} {'':>8s} {'':>5s}  {'':>14s}  "
+            print(f"{case:52s} {ref:6.2f} {r['wall']:7.1f} {'':>7s} {'':>8s} {'':>5s}  {'':>14s}  "
                   f"{r['status']}", flush=True)
             continue
-        print(f"{case:52s} {r['wall']:7.1f} {r['cpu']:7.1f} {r['peak_gb']:8.2f} "
+        print(f"{case:52s} {ref:6.2f} {r['wall']:7.1f} {r['cpu']:7.1f} {r['peak_gb']:8.2f} "
               f"{r['progress']:5d}  {r['time']:>14s}  {r['method']}", flush=True)
-    print("peak GB: the largest resident set of any child so far (ru_maxrss of RUSAGE_CHILDREN); "
-          "lines: progress lines on stderr")
+    print("ref s: the reference loop just before the case (the machine's speed then); peak GB: "
+          "the largest resident set of any child so far (ru_maxrss of RUSAGE_CHILDREN); lines: "
+          "progress lines on stderr")
     return 0
 
 
