@@ -1,7 +1,8 @@
 """``qsgd-emu validate compute``: predicted against published single-GPU throughput."""
 import json
+from pathlib import Path
 
-from emulator.validation.compute import load_cases
+from emulator.validation.compute import DEFAULT_PATH, load_cases
 from qsgd_emu.cli import main
 
 IDS = ("lambda-v100-sxm2-16gb-resnet50-fp32-b128", "lambda-a10-resnet50-amp-fp16-b448")
@@ -46,3 +47,14 @@ def test_every_case_names_a_zoo_model_a_gpu_and_a_precision_that_fit():
             model = qsgd.build_model(c.model, **c.args)
         assert sum(p.numel() for p in model.parameters()) > 1e6, c.id
         precision(c.precision).check(device(c.device))
+
+
+def test_a_case_naming_an_optimizer_the_recorder_lacks_is_one_line(tmp_path, capsys):
+    doc = json.loads((Path(__file__).resolve().parents[2] / DEFAULT_PATH).read_text())
+    doc["cases"][2]["zoo"]["optimizer"] = "lamb"
+    bad = tmp_path / "cases.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["validate", "compute", "--cases", str(bad)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cases[2].zoo.optimizer must be one of ['adamw', 'bertadam', 'sgd'], " \
+                              "got 'lamb'" in err[0]
