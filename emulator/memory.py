@@ -7,8 +7,9 @@ and the two moments):
 
 - **PyTorch** (``ddp``, ``fsdp``, ``fsdp_grad_op``, ``hsdp``): parameters and gradients in the
   parameters' dtype (float32 under autocast, bfloat16 in pure bf16, float16 in ``fp16``), the
-  optimizer's state in it too (AdamW: two moments; SGD: the momentum), except that an ``fp16``
-  model's optimizer keeps a float32 master copy and float32 moments (apex amp O2). DDP adds its gradient buckets, as large as
+  optimizer's state in it too (AdamW: two moments; SGD: the momentum), except that an
+  ``fp16`` model's optimizer keeps a float32 master copy and float32 moments (apex amp O2).
+  DDP adds its gradient buckets, as large as
   the gradients (``gradient_as_bucket_view=False``, its default: PyTorch's
   ``DistributedDataParallel`` documentation), and autocast's bfloat16 copies of the weights,
   which autograd keeps for backward. FSDP keeps parameters, gradients and state as shards

@@ -18,7 +18,8 @@ from .config import QSGDConfig
 from .errors import ConfigError, HookError, ModelError, PayloadError, QSGDError, TraceError
 from .hook import QSGDState, qsgd_hook
 from .host import measure_host
-from .measurement import add_operators, measure
+from .measurement import measure
+from .traceops import add_operators
 from .models import MODELS, build_model
 from .operators import OPTIMIZERS, Operators, record_operators
 from .quantizer import Quantized, dequantize, quantize

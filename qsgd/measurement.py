@@ -184,7 +184,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     families : tuple of str
         The operator families recorded (:data:`qsgd.operators.FAMILIES`; default the three
         of the default precisions): fewer is faster, more can be added later
-        (:func:`add_operators`).
+        (:func:`qsgd.add_operators`).
 
     Returns
     -------
@@ -334,60 +334,6 @@ def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bo
         ops = dataclasses.replace(ops, measured=time_operators(model, batch_size,
                                                                input_shape=input_shape))
     return ops
-
-
-def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, *,
-                  model: nn.Module | None = None) -> PayloadTrace:
-    """``trace`` with its model's operator records (:func:`qsgd.record_operators`), for a
-    trace written before traces carried them (or carried these ``families``); the model is
-    ``model`` (one built with arguments a name does not carry) or is built from
-    ``trace.model`` on the meta device (no weights). A trace that has them is returned as it
-    is; one that lacks some of ``families`` gets those recorded beside its own.
-
-    Raises
-    ------
-    TraceError
-        The model cannot be built here (an import path that does not resolve).
-
-    Examples
-    --------
-    >>> import dataclasses, qsgd
-    >>> old = dataclasses.replace(qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4),
-    ...                                        device="meta"), operators=None)
-    >>> qsgd.add_operators(old).operators.family("fp32").optimizer
-    'sgd'
-    >>> fp32 = qsgd.add_operators(old, families=("fp32",))
-    >>> sorted(qsgd.add_operators(fp32, families=("half",)).operators.families)
-    ['fp32', 'half']
-    """
-    import dataclasses
-
-    from qsgd.errors import ModelError, TraceError
-
-    have = trace.operators
-    if families is None:
-        families = DEFAULT_FAMILIES if have is None else ()
-    missing = tuple(f for f in families if have is None or f not in have.families)
-    if not missing:
-        return trace
-    try:
-        if model is None:
-            with torch.device("meta"):
-                model = build_model(trace.model)
-    except ModelError as exc:
-        what = "no operator records" if have is None else f"no {list(missing)} operator records"
-        raise TraceError(f"trace of {trace.model!r} has {what} and its model cannot "
-                         f"be built here to record them: {exc}") from None
-    # the new families as the others were recorded: layout, attention, optimizer
-    extra = {} if have is None else dict(have.extra)
-    optimizer = None if have is None else next(iter(have.families.values())).optimizer
-    new = record_operators(model, input_shape=trace.input_shape, families=missing,
-                           channels_last=extra.get("memory_format") == "channels_last",
-                           fused_attention=extra.get("attention", "fused") != "math",
-                           optimizer=optimizer)
-    if have is not None:
-        new = dataclasses.replace(have, families={**have.families, **new.families})
-    return dataclasses.replace(trace, operators=new)
 
 
 def _shapes(bucket, params) -> dict:

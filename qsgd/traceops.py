@@ -1,0 +1,71 @@
+"""Operator records added to a trace after it was made (:func:`add_operators`).
+
+A trace written before traces carried operator records, or without the families a precision
+needs (the ``half`` family of ``fp16`` is recorded only when asked for), gets them recorded
+from its model on the meta device, beside what it has.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from qsgd.models import build_model
+from qsgd.operators import record_operators
+from qsgd.operators.records import DEFAULT_FAMILIES
+from qsgd.trace import PayloadTrace
+
+__all__ = ["add_operators"]
+
+
+def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, *,
+                  model: nn.Module | None = None) -> PayloadTrace:
+    """``trace`` with its model's operator records (:func:`qsgd.record_operators`), for a
+    trace written before traces carried them (or carried these ``families``); the model is
+    ``model`` (one built with arguments a name does not carry) or is built from
+    ``trace.model`` on the meta device (no weights). A trace that has them is returned as it
+    is; one that lacks some of ``families`` gets those recorded beside its own.
+
+    Raises
+    ------
+    TraceError
+        The model cannot be built here (an import path that does not resolve).
+
+    Examples
+    --------
+    >>> import dataclasses, qsgd
+    >>> old = dataclasses.replace(qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4),
+    ...                                        device="meta"), operators=None)
+    >>> qsgd.add_operators(old).operators.family("fp32").optimizer
+    'sgd'
+    >>> fp32 = qsgd.add_operators(old, families=("fp32",))
+    >>> sorted(qsgd.add_operators(fp32, families=("half",)).operators.families)
+    ['fp32', 'half']
+    """
+    import dataclasses
+
+    from qsgd.errors import ModelError, TraceError
+
+    have = trace.operators
+    if families is None:
+        families = DEFAULT_FAMILIES if have is None else ()
+    missing = tuple(f for f in families if have is None or f not in have.families)
+    if not missing:
+        return trace
+    try:
+        if model is None:
+            with torch.device("meta"):
+                model = build_model(trace.model)
+    except ModelError as exc:
+        what = "no operator records" if have is None else f"no {list(missing)} operator records"
+        raise TraceError(f"trace of {trace.model!r} has {what} and its model cannot "
+                         f"be built here to record them: {exc}") from None
+    # the new families as the others were recorded: layout, attention, optimizer
+    extra = {} if have is None else dict(have.extra)
+    optimizer = None if have is None else next(iter(have.families.values())).optimizer
+    new = record_operators(model, input_shape=trace.input_shape, families=missing,
+                           channels_last=extra.get("memory_format") == "channels_last",
+                           fused_attention=extra.get("attention", "fused") != "math",
+                           optimizer=optimizer)
+    if have is not None:
+        new = dataclasses.replace(have, families={**have.families, **new.families})
+    return dataclasses.replace(trace, operators=new)
