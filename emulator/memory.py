@@ -129,7 +129,7 @@ def memory_per_gpu(trace, strategy: str, world_size: int, *, precision: str, bat
     p = world_size if shard_size is None or not st.hybrid else shard_size
     mixed = prec.family != "fp32"
     low = 2 if mixed else 4                       # bytes of a gathered / 16-bit element
-    stored = 2 if prec.family in ("bf16", "half") else 4    # PyTorch's parameter dtype
+    stored = prec.grad_bytes      # the parameters' dtype, which DDP's gradients take
     moments = MOMENTS.get(opset.optimizer, 2)
     # optimizer state a parameter: its moments in the parameters' dtype, or (a float16 model
     # stepped through master weights) a float32 master copy and float32 moments

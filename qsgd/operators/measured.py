@@ -120,7 +120,7 @@ def time_operators(model: torch.nn.Module, batch_size: int, *, input_shape=None,
     >>> len(m.seconds) == len(m.operators.ops) and all(s > 0 for s in m.seconds)
     True
     """
-    from .record import _FAMILY, OPTIMIZERS, _MasterWeights, _Recorder, _step
+    from .record import _FAMILY, _Recorder, _optimizer, _step
 
     if not is_int(batch_size) or batch_size < 1:
         raise ModelError(f"batch_size must be a positive int, got {batch_size!r}")
@@ -135,9 +135,7 @@ def time_operators(model: torch.nn.Module, batch_size: int, *, input_shape=None,
     device = params[0][1].device
     optimizer = optimizer or getattr(model, "training_optimizer", "sgd")
     input_shape = tuple(input_shape or getattr(model, "input_shape", ()) or ())
-    build = OPTIMIZERS[optimizer]
-    opt = (_MasterWeights(build, [p for _, p in params]) if family == "half"
-           else build([p for _, p in params]))
+    opt = _optimizer(family, optimizer, [p for _, p in params])
     ready: dict[str, int] = {}
     recorder = _Recorder()
 

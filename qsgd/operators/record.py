@@ -69,6 +69,13 @@ class _MasterWeights:
         self.inner.step()
         torch._foreach_copy_([p.detach() for p, _ in pairs], [m.detach() for _, m in pairs])
 
+
+def _optimizer(family: str, name: str, params: list):
+    """The optimizer ``name`` over ``params`` as ``family`` runs it: through float32 master
+    weights for ``half``, on the parameters themselves otherwise."""
+    build = OPTIMIZERS[name]
+    return _MasterWeights(build, params) if family == "half" else build(params)
+
 METHOD = ("torch dispatch and function modes on the meta device (qsgd.operators), one step at "
           f"batch {BATCHES[0]} and {BATCHES[1]} fitted as c + s * batch; FLOPs from "
           "torch.utils.flop_counter; autocast per PyTorch's CUDA op lists; attention as one "
@@ -384,8 +391,7 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
             return hook
 
         hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
-        opt = (_MasterWeights(OPTIMIZERS[optimizer], [p for _, p in params]) if family == "half"
-               else OPTIMIZERS[optimizer]([p for _, p in params]))
+        opt = _optimizer(family, optimizer, [p for _, p in params])
         rows, readies, uses, saved = [], [], [], []
         try:
             for b in BATCHES:
