@@ -134,7 +134,8 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
             variance_bits: tuple[int, ...] = DEFAULT_BITS, variance_samples: int = 2,
             progress: Callable[[str], None] | None = None, operators: bool = True,
             operator_seconds: bool | None = None,
-            families: tuple[str, ...] = DEFAULT_FAMILIES) -> PayloadTrace:
+            families: tuple[str, ...] = DEFAULT_FAMILIES,
+            checkpointing: bool = False) -> PayloadTrace:
     """Run real training steps of ``model`` and record QSGD payloads and timings per DDP bucket.
 
     Parameters
@@ -185,6 +186,10 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         The operator families recorded (:data:`qsgd.operators.FAMILIES`; default the three
         of the default precisions): fewer is faster, more can be added later
         (:func:`qsgd.add_operators`).
+    checkpointing : bool
+        Record the step with activation checkpointing of every block
+        (:func:`qsgd.record_operators`); its operators are then modelled, not timed on the
+        device (``operator_seconds`` must not be True).
 
     Returns
     -------
@@ -219,6 +224,9 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         raise ConfigError(f"variance_bits: widths must be distinct, got {list(variance_bits)}")
     if bucket_order not in BUCKET_ORDERS:
         raise ConfigError(f"bucket_order must be one of {sorted(BUCKET_ORDERS)}, got {bucket_order!r}")
+    if checkpointing and operator_seconds:
+        raise ConfigError("operator_seconds=True times a step without activation checkpointing; "
+                          "with checkpointing=True the operators are modelled (leave it None)")
     meta = device == "meta"
     dev = torch.device("meta") if meta else resolve_device(device)
     if meta and cfg.codec != "packed":
@@ -246,7 +254,8 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
     input_shape = tuple(input_shape)
     if meta:
         return _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_bytes,
-                             first_bucket_bytes, bucket_order, families)
+                             first_bucket_bytes, bucket_order,
+                             dict(families=families, checkpointing=checkpointing))
     model = model.to(dev).train()
     params = ddp_parameters(model)
     if not params:
@@ -316,17 +325,18 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
                       for b in buckets),
         iterations=tuple(records), bucket_assignment=bucket_order, extra=extra,
         operators=_operators(model, input_shape, batch_size, dev, operators, operator_seconds,
-                             families),
+                             dict(families=families, checkpointing=checkpointing)),
     )
 
 
 def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bool | None,
-               families: tuple[str, ...]):
-    """The trace's operator records, with one timed step's seconds on a GPU."""
+               how: dict):
+    """The trace's operator records (``how``: :func:`qsgd.record_operators`' families and
+    checkpointing), with one timed step's seconds on a GPU (a step without checkpointing)."""
     if not operators:
         return None
-    ops = record_operators(model, input_shape=input_shape, families=families)
-    if seconds if seconds is not None else dev.type == "cuda":
+    ops = record_operators(model, input_shape=input_shape, **how)
+    if seconds if seconds is not None else (dev.type == "cuda" and not how["checkpointing"]):
         import dataclasses
 
         from qsgd.operators.measured import time_operators
@@ -344,12 +354,12 @@ def _shapes(bucket, params) -> dict:
 
 
 def _layout_trace(model, name, cfg, input_shape, min_numel, seed, bucket_cap_bytes,
-                  first_bucket_bytes, bucket_order, families) -> PayloadTrace:
+                  first_bucket_bytes, bucket_order, how: dict) -> PayloadTrace:
     """A trace of ``model``'s layout and operators with no step run (``device="meta"``)."""
     params = ddp_parameters(model)
     if not params:
         raise ConfigError(f"model {name!r} has no trainable parameters")
-    ops = record_operators(model, input_shape=input_shape, families=families)
+    ops = record_operators(model, input_shape=input_shape, **how)
     if bucket_order == "ready":
         # DDP's rebuilt buckets follow the order the gradients became ready in backward
         # (the same parameters in the same order in every family; fp32's where recorded)

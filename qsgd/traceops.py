@@ -59,12 +59,14 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
         what = "no operator records" if have is None else f"no {list(missing)} operator records"
         raise TraceError(f"trace of {trace.model!r} has {what} and its model cannot "
                          f"be built here to record them: {exc}") from None
-    # the new families as the others were recorded: layout, attention, optimizer
+    # the new families as the others were recorded: layout, attention, checkpointing,
+    # optimizer
     extra = {} if have is None else dict(have.extra)
     optimizer = None if have is None else next(iter(have.families.values())).optimizer
     new = record_operators(model, input_shape=trace.input_shape, families=missing,
                            channels_last=extra.get("memory_format") == "channels_last",
                            fused_attention=extra.get("attention", "fused") != "math",
+                           checkpointing=extra.get("checkpointing") == "blocks",
                            optimizer=optimizer)
     if have is not None:
         new = dataclasses.replace(have, families={**have.families, **new.families})

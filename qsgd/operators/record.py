@@ -26,6 +26,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import flop_registry
 
 from qsgd.errors import ModelError
+from .checkpoint import Checkpointing
 from .functions import Functions, attention_record
 from .optimizers import OPTIMIZERS
 from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, conv_geometry, kind_of
@@ -113,8 +114,16 @@ class _Recorder(TorchDispatchMode):
         self.calls: list | None = None
         self.first_use: dict[str, list] = {}   # name -> [forward index, backward index]
         self.derived: dict[int, torch.Tensor] = {}  # autocast's casts of parameters, by id
-        self._saved: dict[int, torch.Tensor] = {}   # tensors autograd saved, by id of their base
+        #: id of the base of each tensor kept for backward -> (it, held so that its id stays
+        #: its own; the block that saved it, None: kept outside any block)
+        self._saved: dict[int, tuple] = {}
         self.saved_bytes = 0
+        #: under activation checkpointing (:mod:`.checkpoint`): the block running (None:
+        #: none), the bytes each block's operators saved, apart from ``saved_bytes``, and how
+        #: many records there were when each block last saved a tensor
+        self.block: int | None = None
+        self.block_saved: dict[int, int] = {}
+        self.block_last: dict[int, int] = {}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -197,16 +206,36 @@ class _Recorder(TorchDispatchMode):
         """The pack hook of :func:`torch.autograd.graph.saved_tensors_hooks`: count the bytes
         of each tensor autograd keeps for backward once (views by their base), parameters,
         views of them and their casts left out."""
+        if self.block is not None:
+            # operators issued when the block saved its latest tensor (an input is saved
+            # before its operator runs, an output after): where recomputation stops
+            self.block_last[self.block] = len(self.rows)
         base = t._base if t._base is not None else t
         key = id(base)
         if key not in self.params and key not in self.derived and key not in self._saved:
-            self._saved[key] = base
-            self.saved_bytes += _nbytes(base)
+            self._saved[key] = (base, self.block)
+            self._count(_nbytes(base))
         return t
+
+    def keep(self, t: torch.Tensor) -> None:
+        """Count ``t`` (a checkpointed block's input, which its checkpoint holds until the
+        block's backward) in ``saved_bytes``, unless it is counted there already."""
+        base = t._base if t._base is not None else t
+        key = id(base)
+        if key in self.params or key in self.derived or self._saved.get(key, (t, -1))[1] is None:
+            return
+        self._saved[key] = (base, None)
+        self.saved_bytes += _nbytes(base)
 
     def saved_extra(self, nbytes: int) -> None:
         """Bytes a fused kernel keeps for its backward beyond its saved inputs."""
-        self.saved_bytes += int(nbytes)
+        self._count(int(nbytes))
+
+    def _count(self, nbytes: int) -> None:
+        if self.block is None:
+            self.saved_bytes += nbytes
+        else:
+            self.block_saved[self.block] = self.block_saved.get(self.block, 0) + nbytes
 
     def extra_read(self, t: torch.Tensor) -> None:
         """Add ``t``'s bytes to the next record (an attention mask read by the fused kernel)."""
@@ -265,6 +294,8 @@ def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Rec
     recorder.derived.clear()
     recorder._saved.clear()
     recorder.saved_bytes = 0
+    recorder.block_saved.clear()
+    recorder.block_last.clear()
     ready.clear()
     # what autograd keeps from forward to backward (the activations' memory)
     saving = torch.autograd.graph.saved_tensors_hooks(recorder.save, lambda t: t)
@@ -324,7 +355,8 @@ def _fit(rows1: list[dict], rows2: list[dict], family: str) -> tuple[Operator, .
 
 def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | None = None,
                      families: tuple[str, ...] = DEFAULT_FAMILIES, optimizer: str | None = None,
-                     channels_last: bool = False, fused_attention: bool = True) -> Operators:
+                     channels_last: bool = False, fused_attention: bool = True,
+                     checkpointing: bool = False) -> Operators:
     """Every kernel of one training step of ``model``, in each precision family.
 
     Parameters
@@ -347,6 +379,10 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     fused_attention : bool
         ``scaled_dot_product_attention`` as one fused kernel each way (what PyTorch runs on a
         GPU), or (False) its math decomposition, as hand-written attention runs.
+    checkpointing : bool
+        Activation checkpointing of every block (:mod:`.checkpoint`; the modules FSDP wraps,
+        :func:`qsgd.units_of`): each block's forward is issued again in backward, before the
+        block's backward, and the activations kept are the blocks' inputs and one block's.
 
     Returns
     -------
@@ -391,6 +427,7 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
             return hook
 
         hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
+        ckpt = Checkpointing(m, recorder) if checkpointing else None
         opt = _optimizer(family, optimizer, [p for _, p in params])
         rows, readies, uses, saved = [], [], [], []
         try:
@@ -400,12 +437,14 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
                 rows.append(list(recorder.rows))
                 readies.append(dict(ready))
                 uses.append({k: tuple(v) for k, v in recorder.first_use.items()})
-                saved.append(recorder.saved_bytes)
+                saved.append(recorder.saved_bytes + (ckpt.kept_bytes() if ckpt else 0))
                 recorder._saved.clear()
                 recorder.derived.clear()
         finally:
             for h in hooks:
                 h.remove()
+            if ckpt is not None:
+                ckpt.remove()
         if readies[0] != readies[1]:
             raise ModelError(f"operators ({family}): gradients become ready at other operators "
                              f"at batch {BATCHES[0]} and {BATCHES[1]}")
@@ -420,6 +459,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     extra = {"memory_format": "channels_last"} if channels_last else {}
     if not fused_attention:
         extra["attention"] = "math"
+    if checkpointing:
+        extra["checkpointing"] = "blocks"
     return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra=extra,
                      parameters=sizes)
 

@@ -58,6 +58,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="PATH", type=output_file,
                         help="write the PayloadTrace JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
+    parser.add_argument("--activation-checkpointing", action="store_true",
+                        help="record the step with activation checkpointing of every block (the "
+                             "modules FSDP wraps): each block's forward runs again in backward, "
+                             "only the blocks' inputs and one block's activations are kept")
 
 
 def _shape(text: str | None):
@@ -116,6 +120,8 @@ def format_table(trace, rows: list[dict]) -> str:
     title = (f"{trace.model}: {trace.parameters:,} parameters, batch {trace.batch_size} on {trace.device} "
              f"({trace.device_name}); QSGD {c.bits}-bit (s={c.levels}), d={c.bucket_size}, {c.norm} norm, "
              f"{c.codec}; buckets: {trace.bucket_assignment} order")
+    if trace.operators is not None and trace.operators.extra.get("checkpointing") == "blocks":
+        title += "; activation checkpointing of every block"
     times = (f"per iteration (mean of {trace.num_iterations}): forward {trace.mean_iteration('forward_s') * 1e3:.1f} ms, "
              f"backward {trace.mean_iteration('backward_s') * 1e3:.1f} ms, "
              f"optimizer {trace.mean_iteration('optimizer_s') * 1e3:.1f} ms")
@@ -139,7 +145,8 @@ def run(args: argparse.Namespace) -> int:
         min_numel=args.min_numel, seed=args.seed, bucket_cap_bytes=topologies.parse_bytes(args.bucket_cap),
         first_bucket_bytes=topologies.parse_bytes(args.first_bucket), bucket_order=args.bucket_order,
         warmup=args.warmup, input_shape=_shape(args.input_shape), variance_bits=_widths(args.variance_bits),
-        variance_samples=args.variance_samples, progress=progress)
+        variance_samples=args.variance_samples, progress=progress,
+        checkpointing=args.activation_checkpointing)
     if args.out:
         trace.save(args.out)
     rows = bucket_rows(trace)
@@ -147,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"model": trace.model, "parameters": trace.parameters, "device": trace.device,
                           "device_name": trace.device_name, "config": trace.config.to_dict(),
                           "bucket_assignment": trace.bucket_assignment, "out": args.out,
+                          "activation_checkpointing": args.activation_checkpointing,
                           "forward_s": trace.mean_iteration("forward_s"),
                           "backward_s": trace.mean_iteration("backward_s"),
                           "optimizer_s": trace.mean_iteration("optimizer_s"), "buckets": rows}, indent=2))

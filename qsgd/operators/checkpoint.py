@@ -1,0 +1,111 @@
+"""Activation checkpointing of a model's blocks, as the operator recorder sees it.
+
+Training a transformer under FSDP almost always wraps each block in activation checkpointing
+(``torch.utils.checkpoint.checkpoint(block, x, use_reentrant=False)``; FSDP's
+``apply_activation_checkpointing``, llm-foundry's ``activation_checkpointing: true``): the
+forward keeps only the block's inputs, and in backward, when the block's first saved tensor is
+needed, the block's forward runs again to make them, just before the block's own backward
+("Training Deep Nets with Sublinear Memory Cost", Chen et al. 2016, Section 3; the docstring
+of ``torch/utils/checkpoint.py``). So a step costs one forward more of every block, and its
+activations are the blocks' inputs plus what one block saves (the one whose backward runs).
+
+On the meta device :class:`Checkpointing` does the same bookkeeping without running anything
+twice: the forward runs once as usual, the operators each block issued are noted, and when the
+gradient of the block's output is ready (a tensor hook on it: the moment the block's backward
+starts) their records are issued again, in the backward phase. A block is what FSDP wraps (the
+module at the first numbered name of a parameter, :func:`qsgd.units_of`). The tensors a block
+saves count as the block's own, apart from the step's activations; the block's inputs are kept.
+PyTorch's recomputation stops where the block's last tensor saved for backward is made again
+(``set_checkpoint_early_stop``, on by default; ``torch/utils/checkpoint.py``): the operators
+after it (a pre-norm block's second MLP product and residual addition, whose outputs no
+backward reads) are not run again, and here neither. Where it stops is counted in records:
+an operator's inputs are saved before it runs (autograd's generated ``VariableType``
+kernels), its outputs after.
+"""
+from __future__ import annotations
+
+import torch
+from torch.utils._pytree import tree_leaves
+
+__all__ = ["Checkpointing", "block_names"]
+
+#: The values of ``Operators.extra["checkpointing"]``: how a trace's step was recorded.
+CHECKPOINTING = ("none", "blocks")
+
+
+def block_names(model: torch.nn.Module) -> list[str]:
+    """Names of the modules activation checkpointing wraps: FSDP's units but the root.
+
+    >>> import qsgd
+    >>> block_names(qsgd.build_model("gpt2", seq_len=8, n_layer=2, n_embd=32, n_head=4, vocab_size=100))
+    ['blocks.0', 'blocks.1']
+    """
+    from qsgd.shardplan import units_of
+
+    sizes = {n: p.numel() for n, p in model.named_parameters()}
+    return [u.name for u in units_of(sizes) if not u.root] if sizes else []
+
+
+class Checkpointing:
+    """Hooks on ``model``'s blocks that make ``recorder`` (the dispatch mode recording a step)
+    record the step as activation checkpointing runs it (module docstring).
+
+    The recorder keeps ``block`` (the block running, None outside any) and ``block_saved``
+    (bytes each block's operators saved for backward); :meth:`kept_bytes` is what the step
+    keeps at its peak beyond the recorder's ``saved_bytes``.
+    """
+
+    def __init__(self, model: torch.nn.Module, recorder):
+        self.recorder = recorder
+        names = block_names(model)
+        self._handles = []
+        self._start: dict[int, int] = {}
+        for k, name in enumerate(names):
+            block = model.get_submodule(name)
+            self._handles.append(block.register_forward_pre_hook(self._enter(k), with_kwargs=True))
+            self._handles.append(block.register_forward_hook(self._leave(k), with_kwargs=True))
+        self.blocks = len(names)
+
+    def _enter(self, k: int):
+        def hook(_module, args, kwargs):
+            rec = self.recorder
+            if rec.phase != "forward":
+                return None
+            rec.block = k
+            self._start[k] = len(rec.rows)
+            # checkpoint keeps the block's inputs (its closure holds them) until its backward
+            for t in tree_leaves((args, kwargs)):
+                if isinstance(t, torch.Tensor):
+                    rec.keep(t)
+            return None
+        return hook
+
+    def _leave(self, k: int):
+        def hook(_module, _args, _kwargs, output):
+            rec = self.recorder
+            if rec.phase != "forward" or k not in self._start:
+                return None
+            rec.block = None
+            start = self._start.pop(k)
+            # recomputation stops once the last tensor the block saved is made again
+            # (torch.utils.checkpoint's early stop): the operators up to that point
+            end = max(start, rec.block_last.get(k, start))
+            again = [dict(r, phase="backward") for r in rec.rows[start:end]]
+            out = next((t for t in tree_leaves(output)
+                        if isinstance(t, torch.Tensor) and t.requires_grad), None)
+            if out is not None and again:
+                # fires when the output's gradient is complete: the block's backward is next
+                out.register_hook(lambda _grad: rec.rows.extend(dict(r) for r in again))
+            return None
+        return hook
+
+    def kept_bytes(self) -> int:
+        """Bytes of the block whose operators save the most (the peak is during its backward,
+        its forward run again)."""
+        return max(self.recorder.block_saved.values(), default=0)
+
+    def remove(self) -> None:
+        """Take the hooks off the model."""
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()

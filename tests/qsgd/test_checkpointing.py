@@ -1,0 +1,161 @@
+"""Activation checkpointing as the operator recorder emulates it (qsgd/operators/checkpoint.py),
+held to torch.utils.checkpoint itself."""
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+from torch import nn
+from torch.utils.checkpoint import checkpoint
+
+import emulator
+import qsgd
+from emulator.memory import memory_per_gpu
+from qsgd.operators import record as R
+from qsgd.operators.checkpoint import Checkpointing, block_names
+
+
+class _Block(nn.Module):
+    def __init__(self, d: int):
+        super().__init__()
+        self.norm, self.fc1, self.fc2 = nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.Linear(4 * d, d)
+
+    def forward(self, x):
+        return x + self.fc2(nn.functional.gelu(self.fc1(self.norm(x))))
+
+
+class _Net(nn.Module):
+    """Pre-norm residual MLP blocks between an input and an output layer."""
+
+    input_shape = (8, 16)
+
+    def __init__(self, blocks: int = 3):
+        super().__init__()
+        self.inp = nn.Linear(16, 32)
+        self.blocks = nn.ModuleList(_Block(32) for _ in range(blocks))
+        self.out = nn.Linear(32, 4)
+
+    def forward(self, x):
+        x = self.inp(x)
+        for b in self.blocks:
+            x = b(x)
+        return self.out(x)
+
+
+def _recorded(model, device: str, how: str | None):
+    """(kernel records as (op, phase) of forward and backward, saved bytes, kept bytes) of one
+    fp32 step at batch 2: ``how`` "real" wraps each block in torch.utils.checkpoint and runs
+    it on the CPU, "emulated" records it on the meta device through :class:`Checkpointing`."""
+    rec, ck = R._Recorder(), None
+    if how == "real":
+        for b in model.blocks:
+            b.forward = functools.partial(checkpoint, b.forward, use_reentrant=False)
+    elif how == "emulated":
+        ck = Checkpointing(model, rec)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    R._step(model, opt, "fp32", 2, _Net.input_shape, rec, {}, device=device)
+    rows = [(r["op"], r["phase"]) for r in rec.rows if r["phase"] != "optimizer"]
+    return rows, rec.saved_bytes, ck.kept_bytes() if ck else 0
+
+
+def test_the_emulated_step_issues_the_kernels_torch_checkpoint_runs():
+    real, real_saved, _ = _recorded(_Net(), "cpu", "real")
+    emulated, saved, kept = _recorded(R._to_meta(_Net()), "meta", "emulated")
+    plain, _, _ = _recorded(_Net(), "cpu", None)
+    # the same kernels in the same order, recomputation and its early stop included
+    assert emulated == real
+    # each block runs its norm, first product and GELU again (their outputs are saved for
+    # backward); the second product and the residual addition are not (nothing saves theirs)
+    assert len(real) - len(plain) == 3 * 3
+    assert sum(1 for op, ph in real if ph == "backward" and "gelu.default" in op) == 3
+    # outside the blocks the same tensors are kept as torch's own pack hooks see them
+    assert saved == real_saved
+    # by hand, float32 at batch 2: the step keeps the input layer's input (2x8x16), the output
+    # layer's input and the loss's (2x8x32, 2x8x4), the three blocks' inputs (2x8x32 each),
+    # and during a block's backward what it saves: LayerNorm's mean and rstd (2x8 each), the
+    # first product's input (2x8x32), GELU's input and the second product's (2x8x128 each)
+    outside = 4 * (2 * 8 * 16 + 2 * 8 * 32 + 2 * 8 * 4)
+    inputs = 3 * 4 * 2 * 8 * 32
+    block = 4 * (2 * 2 * 8 + 2 * 8 * 32 + 2 * 2 * 8 * 128)
+    assert (saved, kept) == (outside + inputs, block)
+
+
+def test_a_transformer_recorded_with_checkpointing_recomputes_and_keeps_less():
+    with torch.device("meta"):
+        m = qsgd.build_model("gpt2", seq_len=64, n_layer=4, n_embd=128, n_head=4,
+                             vocab_size=1000, dropout=0.0)
+    plain = qsgd.record_operators(m, families=("amp",)).family("amp")
+    ops = qsgd.record_operators(m, families=("amp",), checkpointing=True)
+    ck = ops.family("amp")
+    assert ops.extra == {"checkpointing": "blocks"} and block_names(m) == [f"blocks.{i}" for i in range(4)]
+
+    def flops(s, phase, b=8):
+        return sum(o.flops_at(b) for o in s.ops if o.phase == phase)
+
+    fwd = [o for o in plain.ops if o.phase == "forward"]
+    assert [o.op for o in ck.ops if o.phase == "forward"] == [o.op for o in fwd]
+    extra = flops(ck, "backward") - flops(plain, "backward")
+    # more than the four blocks' attention and first MLP products, less than their forward
+    attention = sum(o.flops_at(8) for o in fwd if o.kind == "attention")
+    assert attention < extra < flops(plain, "forward")
+    assert sum(1 for o in ck.ops if o.phase == "backward" and o.kind == "attention") == 4 + 4
+    # the same parameters become ready, in the same order, later in the records
+    assert list(ck.ready) == list(plain.ready)
+    assert all(ck.ready[n] >= plain.ready[n] for n in plain.ready)
+    assert all(ck.ready[n] > plain.ready[n] for n in plain.ready if n.startswith("blocks."))
+    saved = lambda s, b: s.saved[0] + b * s.saved[1]    # noqa: E731
+    assert saved(ck, 8) < 0.6 * saved(plain, 8)
+
+
+@pytest.fixture(scope="module")
+def traces():
+    plain = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta", families=("amp",))
+    ck = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta", families=("amp",),
+                      checkpointing=True)
+    return plain, ck
+
+
+def test_a_checkpointed_trace_reads_back_adds_families_alike_and_says_so(traces, tmp_path):
+    plain, ck = traces
+    path = tmp_path / "ck.json"
+    ck.save(str(path))
+    back = qsgd.PayloadTrace.load(str(path))
+    assert back.operators.extra["checkpointing"] == "blocks"
+    assert back.operators.family("amp").ops == ck.operators.family("amp").ops
+    more = qsgd.add_operators(back, families=("half",))
+    half = more.operators.family("half")
+    fwd = sum(1 for o in half.ops if o.phase == "forward")
+    plain_half = qsgd.add_operators(plain, families=("half",)).operators.family("half")
+    assert sum(1 for o in half.ops if o.phase == "backward") > \
+        sum(1 for o in plain_half.ops if o.phase == "backward") and fwd > 0
+    a = emulator.ComputeModel.for_device("H100", plain, batch_size=8, precision="amp-bf16")
+    b = emulator.ComputeModel.for_device("H100", ck, batch_size=8, precision="amp-bf16")
+    assert b.forward_s == a.forward_s and a.backward_s < b.backward_s < a.backward_s + a.forward_s
+    assert "activation checkpointing of every block" in b.source
+    assert "checkpointing" not in a.source
+
+
+def test_checkpointing_cuts_the_activations_a_sharded_gpu_holds(traces):
+    plain, ck = traces
+    m = [memory_per_gpu(t, "fsdp", 16, precision="amp-bf16", batch_size=16) for t in traces]
+    assert m[1].activations < 0.5 * m[0].activations
+    assert (m[1].parameters, m[1].optimizer) == (m[0].parameters, m[0].optimizer)
+
+
+def test_timing_a_checkpointed_step_on_the_device_is_refused_in_one_line():
+    with pytest.raises(qsgd.ConfigError) as info:
+        qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="cpu", checkpointing=True,
+                     operator_seconds=True)
+    assert "checkpointing" in str(info.value) and "\n" not in str(info.value)
+
+
+def test_measure_from_the_command_line_records_checkpointing(tmp_path, capsys):
+    from qsgd_emu.cli import main
+
+    out = tmp_path / "t.json"
+    assert main(["measure", "--model", "gpt2", "--device", "meta", "--activation-checkpointing",
+                 "--out", str(out)]) == 0
+    assert "activation checkpointing of every block" in capsys.readouterr().out
+    assert json.loads(out.read_text())["operators"]["checkpointing"] == "blocks"
