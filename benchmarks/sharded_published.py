@@ -18,9 +18,11 @@ The clusters: the H100 tables state no network: ``cluster:dgx_h100x{N}`` (8 GPUs
 ``cluster:dgx_a100x{N}`` (eight 200 Gbit/s NICs a node), its GPUs timed as the table's
 A100-40GB.
 
-Left out, and why: ``llmfoundry-mpt7b-fsdp-a100-40gb`` (activation checkpointing, which the
-replay does not model), the ``torchtitan-llama3-8b`` files (selective activation
-checkpointing, and 96 GB H100s at 500 W, a part the device catalogue does not have), and
+A file with ``"activation_checkpointing": true`` (llm-foundry's A100 MPT-7B rows) is recorded
+with every block checkpointed (``qsgd.record_operators(checkpointing=True)``).
+
+Left out, and why: the ``torchtitan-llama3-8b`` files (selective activation checkpointing,
+and 96 GB H100s at 500 W, a part the device catalogue does not have), and
 world sizes above ``--max-gpus`` (default 128: the replay simulates every collective of the
 largest ones for minutes).
 
@@ -42,8 +44,7 @@ sys.path.insert(0, ROOT)
 DATA = os.path.join(ROOT, "tests", "emulator", "data", "published_runs")
 #: files whose setup the replay models, and the topology spec of each GPU
 TOPOLOGY = {"H100-SXM": "cluster:dgx_h100x{N}", "A100-40GB": "cluster:dgx_a100x{N}"}
-SKIP = {"llmfoundry-mpt7b-fsdp-a100-40gb-bf16": "activation checkpointing (not modelled)",
-        "torchtitan-llama3-8b-fsdp-eager-h100": "selective activation checkpointing; 96 GB "
+SKIP = {"torchtitan-llama3-8b-fsdp-eager-h100": "selective activation checkpointing; 96 GB "
                                                 "500 W H100 not in the device catalogue",
         "torchtitan-llama3-8b-fsdp-compile-h100": "as the eager file, and torch.compile"}
 
@@ -91,10 +92,11 @@ def main(argv=None) -> int:
     traces: dict = {}
     for fid, run, pts in points(args.max_gpus):
         margs = run["model_args"]
-        key = json.dumps(margs, sort_keys=True)
+        ckpt = run.get("activation_checkpointing", False)
+        key = json.dumps([margs, ckpt], sort_keys=True)
         if key not in traces:
             traces[key] = qsgd.measure(mpt_model(run["model"], margs), qsgd.QSGDConfig.from_bits(4),
-                                       device="meta")
+                                       device="meta", checkpointing=ckpt)
         trace = traces[key]
         cfg = emulator.StudyConfig(
             trace=trace, world_sizes=tuple(p["world_size"] for p in pts), bits=(32,),

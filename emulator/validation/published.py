@@ -82,6 +82,7 @@ class PublishedRun:
     points: tuple
     reference_run: str | None = None
     doubtful: str | None = None
+    activation_checkpointing: bool = False
 
     @property
     def zoo(self) -> tuple[str, dict]:
@@ -415,13 +416,18 @@ def load_run(path: str | os.PathLike) -> PublishedRun:
     ref = doc.get("reference_run")
     if ref is not None and not isinstance(ref, str):
         raise TraceError(f"{where}: field reference_run must be a registry id, got {ref!r}")
+    ckpt = doc.get("activation_checkpointing", False)
+    if not isinstance(ckpt, bool):
+        raise TraceError(f"{where}: field activation_checkpointing must be true or false, "
+                         f"got {ckpt!r}")
     run = PublishedRun(
         id=_text(doc, "id", where), path=path, source=source, model=model, model_args=dict(args),
         batch_size=batch, precision=precision, device=device, gpus_per_node=per_node,
         network=dict(net), framework=_text(doc, "framework", where),
         collective_library=_text(doc, "collective_library", where), parallelism=parallelism,
         methods=dict(methods), points=pts, reference_run=ref,
-        doubtful=doc.get("doubtful") if isinstance(doc.get("doubtful"), str) else None)
+        doubtful=doc.get("doubtful") if isinstance(doc.get("doubtful"), str) else None,
+        activation_checkpointing=ckpt)
     for name in methods:                 # an unknown compressor fails here, not mid-run
         method_transport(run, name)
     for i, p in enumerate(pts):

@@ -51,7 +51,8 @@ class _Cache:
         from emulator.compute import PRECISIONS
 
         name, args = run.zoo
-        key = (name, tuple(sorted(args.items())))
+        ckpt = run.activation_checkpointing
+        key = (name, tuple(sorted(args.items())), ckpt)
         # the operator family of the run's precision only: recording is most of a registry's
         # time (8 models, one family each instead of three)
         family = PRECISIONS[run.precision].family
@@ -60,15 +61,16 @@ class _Cache:
             with torch.device("meta"):
                 model = qsgd.build_model(name, **args)
             self.traces[key] = (qsgd.measure(model, qsgd.QSGDConfig.from_bits(8), device="meta",
-                                             families=(family,)) if have is None else
+                                             families=(family,), checkpointing=ckpt)
+                                if have is None else
                                 qsgd.add_operators(have, families=(family,), model=model))
         return self.traces[key]
 
     def compute(self, run: PublishedRun):
         from emulator.compute import ComputeModel
 
-        key = (run.zoo[0], tuple(sorted(run.zoo[1].items())), run.device, run.batch_size,
-               run.precision)
+        key = (run.zoo[0], tuple(sorted(run.zoo[1].items())), run.activation_checkpointing,
+               run.device, run.batch_size, run.precision)
         if key not in self.computes:
             self.computes[key] = ComputeModel.for_device(
                 run.device, self.trace(run), batch_size=run.batch_size, precision=run.precision)
