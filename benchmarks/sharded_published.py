@@ -18,8 +18,8 @@ The clusters: the H100 tables state no network: ``cluster:dgx_h100x{N}`` (8 GPUs
 ``cluster:dgx_a100x{N}`` (eight 200 Gbit/s NICs a node), its GPUs timed as the table's
 A100-40GB.
 
-A file with ``"activation_checkpointing": true`` (llm-foundry's A100 MPT-7B rows) is recorded
-with every block checkpointed (``qsgd.record_operators(checkpointing=True)``).
+A file's ``activation_checkpointing`` (llm-foundry's A100 MPT-7B rows: ``"blocks_full"``) is how
+its model's step is recorded (``qsgd.record_operators(checkpointing=...)``).
 
 Left out, and why: the ``torchtitan-llama3-8b`` files (selective activation checkpointing,
 and 96 GB H100s at 500 W, a part the device catalogue does not have), and
@@ -92,7 +92,7 @@ def main(argv=None) -> int:
     traces: dict = {}
     for fid, run, pts in points(args.max_gpus):
         margs = run["model_args"]
-        ckpt = run.get("activation_checkpointing", False)
+        ckpt = run.get("activation_checkpointing", "none")
         key = json.dumps([margs, ckpt], sort_keys=True)
         if key not in traces:
             traces[key] = qsgd.measure(mpt_model(run["model"], margs), qsgd.QSGDConfig.from_bits(4),

@@ -21,7 +21,7 @@ from .host import measure_host
 from .measurement import measure
 from .traceops import add_operators
 from .models import MODELS, build_model
-from .operators import OPTIMIZERS, Operators, record_operators
+from .operators import CHECKPOINTING, OPTIMIZERS, Operators, record_operators
 from .quantizer import Quantized, dequantize, quantize
 from .shardplan import (STRATEGIES, GroupCollective, ShardPlan, Strategy, Unit, UnitPlan,
                         shard_plan, units_of, zero_buckets)
@@ -35,7 +35,7 @@ __all__ = [
     "QSGDConfig", "Quantized", "quantize", "dequantize", "encode", "decode", "payload_nbytes",
     "QSGDError", "ConfigError", "PayloadError", "TraceError", "HookError", "ModelError",
     "QSGDState", "qsgd_hook", "MODELS", "build_model", "BucketSpec", "ddp_buckets", "measure",
-    "add_operators", "record_operators", "Operators", "OPTIMIZERS",
+    "add_operators", "record_operators", "Operators", "OPTIMIZERS", "CHECKPOINTING",
     "measure_host", "PayloadTrace", "BucketLayout", "Collective", "Stage", "WirePlan", "wire_plan",
     "PowerSGDConfig", "CompressorConfig", "COMPRESSORS", "BucketVariance", "lemma31_bound",
     "variance_ratios",

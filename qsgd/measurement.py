@@ -135,7 +135,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
             progress: Callable[[str], None] | None = None, operators: bool = True,
             operator_seconds: bool | None = None,
             families: tuple[str, ...] = DEFAULT_FAMILIES,
-            checkpointing: bool = False) -> PayloadTrace:
+            checkpointing: str = "none") -> PayloadTrace:
     """Run real training steps of ``model`` and record QSGD payloads and timings per DDP bucket.
 
     Parameters
@@ -186,7 +186,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         The operator families recorded (:data:`qsgd.operators.FAMILIES`; default the three
         of the default precisions): fewer is faster, more can be added later
         (:func:`qsgd.add_operators`).
-    checkpointing : bool
+    checkpointing : {"none", "blocks", "blocks_full"}
         Record the step with activation checkpointing of every block
         (:func:`qsgd.record_operators`); its operators are then modelled, not timed on the
         device (``operator_seconds`` must not be True).
@@ -224,9 +224,10 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         raise ConfigError(f"variance_bits: widths must be distinct, got {list(variance_bits)}")
     if bucket_order not in BUCKET_ORDERS:
         raise ConfigError(f"bucket_order must be one of {sorted(BUCKET_ORDERS)}, got {bucket_order!r}")
-    if checkpointing and operator_seconds:
-        raise ConfigError("operator_seconds=True times a step without activation checkpointing; "
-                          "with checkpointing=True the operators are modelled (leave it None)")
+    if checkpointing != "none" and operator_seconds:
+        raise ConfigError(f"operator_seconds=True times a step without activation checkpointing; "
+                          f"with checkpointing={checkpointing!r} the operators are modelled "
+                          f"(leave it None)")
     meta = device == "meta"
     dev = torch.device("meta") if meta else resolve_device(device)
     if meta and cfg.codec != "packed":
@@ -336,7 +337,7 @@ def _operators(model, input_shape, batch_size, dev, operators: bool, seconds: bo
     if not operators:
         return None
     ops = record_operators(model, input_shape=input_shape, **how)
-    if seconds if seconds is not None else (dev.type == "cuda" and not how["checkpointing"]):
+    if seconds if seconds is not None else (dev.type == "cuda" and how["checkpointing"] == "none"):
         import dataclasses
 
         from qsgd.operators.measured import time_operators

@@ -66,7 +66,7 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
     new = record_operators(model, input_shape=trace.input_shape, families=missing,
                            channels_last=extra.get("memory_format") == "channels_last",
                            fused_attention=extra.get("attention", "fused") != "math",
-                           checkpointing=extra.get("checkpointing") == "blocks",
+                           checkpointing=extra.get("checkpointing", "none"),
                            optimizer=optimizer)
     if have is not None:
         new = dataclasses.replace(have, families={**have.families, **new.families})

@@ -350,8 +350,10 @@ class ComputeModel:
         else:
             times = step_times(ops.family(prec.family), batch_size, dev, prec)
             how = f"per-operator roofline of the trace's operators ({dev.source})"
-        if ops.extra.get("checkpointing") == "blocks":
-            how += "; activation checkpointing of every block (recorded so)"
+        if ops.extra.get("checkpointing", "none") != "none":
+            from qsgd import CHECKPOINTING
+
+            how += f"; activation checkpointing: {CHECKPOINTING[ops.extra['checkpointing']]}"
         ready = tuple(max((times.ready_s.get(p, times.backward_s) for p in b.params), default=0.0)
                       for b in trace.buckets)
         if codec not in CODECS:

@@ -82,7 +82,7 @@ class PublishedRun:
     points: tuple
     reference_run: str | None = None
     doubtful: str | None = None
-    activation_checkpointing: bool = False
+    activation_checkpointing: str = "none"
 
     @property
     def zoo(self) -> tuple[str, dict]:
@@ -416,10 +416,12 @@ def load_run(path: str | os.PathLike) -> PublishedRun:
     ref = doc.get("reference_run")
     if ref is not None and not isinstance(ref, str):
         raise TraceError(f"{where}: field reference_run must be a registry id, got {ref!r}")
-    ckpt = doc.get("activation_checkpointing", False)
-    if not isinstance(ckpt, bool):
-        raise TraceError(f"{where}: field activation_checkpointing must be true or false, "
-                         f"got {ckpt!r}")
+    import qsgd
+
+    ckpt = doc.get("activation_checkpointing", "none")
+    if not isinstance(ckpt, str) or ckpt not in qsgd.CHECKPOINTING:
+        raise TraceError(f"{where}: field activation_checkpointing must be one of "
+                         f"{list(qsgd.CHECKPOINTING)}, got {ckpt!r}")
     run = PublishedRun(
         id=_text(doc, "id", where), path=path, source=source, model=model, model_args=dict(args),
         batch_size=batch, precision=precision, device=device, gpus_per_node=per_node,

@@ -6,8 +6,9 @@ FLOPs, bytes and matrix products, each affine in the per-GPU batch, and where in
 each parameter's gradient is ready. The format is in :mod:`qsgd.operators.records` and
 ``docs/formats.md``; timing them on a GPU is the emulator's (``emulator.compute``).
 """
+from .checkpoint import CHECKPOINTING
 from .record import BATCHES, OPTIMIZERS, record_operators
 from .records import DTYPES, FAMILIES, KINDS, PHASES, Operator, Operators, OperatorSet, at
 
 __all__ = ["record_operators", "Operator", "OperatorSet", "Operators", "KINDS", "FAMILIES",
-           "PHASES", "DTYPES", "BATCHES", "OPTIMIZERS", "at"]
+           "PHASES", "DTYPES", "BATCHES", "OPTIMIZERS", "CHECKPOINTING", "at"]

@@ -20,17 +20,39 @@ PyTorch's recomputation stops where the block's last tensor saved for backward i
 after it (a pre-norm block's second MLP product and residual addition, whose outputs no
 backward reads) are not run again, and here neither. Where it stops is counted in records:
 an operator's inputs are saved before it runs (autograd's generated ``VariableType``
-kernels), its outputs after.
+kernels), its outputs after. Reentrant checkpointing, and the non-reentrant one before torch
+2.1 (whose unpack hook reran the whole function), run the block's whole forward again:
+``"blocks_full"`` (:data:`CHECKPOINTING`).
 """
 from __future__ import annotations
 
 import torch
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["Checkpointing", "block_names"]
+__all__ = ["CHECKPOINTING", "Checkpointing", "block_names", "check_checkpointing"]
 
-#: The values of ``Operators.extra["checkpointing"]``: how a trace's step was recorded.
-CHECKPOINTING = ("none", "blocks")
+#: How a step's activations are checkpointed (``Operators.extra["checkpointing"]``; absent:
+#: ``"none"``) -> what that means.
+CHECKPOINTING = {
+    "none": "every activation kept from forward to backward",
+    "blocks": "every block checkpointed, its forward run again in backward up to where "
+              "torch.utils.checkpoint's early stop ends it (non-reentrant, torch >= 2.1)",
+    "blocks_full": "every block checkpointed, its whole forward run again in backward "
+                   "(reentrant checkpointing; non-reentrant before torch 2.1)",
+}
+
+
+def check_checkpointing(value) -> str:
+    """``value`` if it is a :data:`CHECKPOINTING` key, else a one-line ModelError.
+
+    >>> check_checkpointing("blocks")
+    'blocks'
+    """
+    from qsgd.errors import ModelError
+
+    if value not in CHECKPOINTING:
+        raise ModelError(f"checkpointing must be one of {list(CHECKPOINTING)}, got {value!r}")
+    return value
 
 
 def block_names(model: torch.nn.Module) -> list[str]:
@@ -48,15 +70,16 @@ def block_names(model: torch.nn.Module) -> list[str]:
 
 class Checkpointing:
     """Hooks on ``model``'s blocks that make ``recorder`` (the dispatch mode recording a step)
-    record the step as activation checkpointing runs it (module docstring).
+    record the step as activation checkpointing runs it (module docstring); ``full``: each
+    block's whole forward again (``"blocks_full"``), not up to the early stop.
 
     The recorder keeps ``block`` (the block running, None outside any) and ``block_saved``
     (bytes each block's operators saved for backward); :meth:`kept_bytes` is what the step
     keeps at its peak beyond the recorder's ``saved_bytes``.
     """
 
-    def __init__(self, model: torch.nn.Module, recorder):
-        self.recorder = recorder
+    def __init__(self, model: torch.nn.Module, recorder, *, full: bool = False):
+        self.recorder, self.full = recorder, full
         names = block_names(model)
         self._handles = []
         self._start: dict[int, int] = {}
@@ -89,7 +112,7 @@ class Checkpointing:
             start = self._start.pop(k)
             # recomputation stops once the last tensor the block saved is made again
             # (torch.utils.checkpoint's early stop): the operators up to that point
-            end = max(start, rec.block_last.get(k, start))
+            end = len(rec.rows) if self.full else max(start, rec.block_last.get(k, start))
             again = [dict(r, phase="backward") for r in rec.rows[start:end]]
             out = next((t for t in tree_leaves(output)
                         if isinstance(t, torch.Tensor) and t.requires_grad), None)

@@ -26,7 +26,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from torch.utils.flop_counter import flop_registry
 
 from qsgd.errors import ModelError
-from .checkpoint import Checkpointing
+from .checkpoint import Checkpointing, check_checkpointing
 from .functions import Functions, attention_record
 from .optimizers import OPTIMIZERS
 from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, conv_geometry, kind_of
@@ -356,7 +356,7 @@ def _fit(rows1: list[dict], rows2: list[dict], family: str) -> tuple[Operator, .
 def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | None = None,
                      families: tuple[str, ...] = DEFAULT_FAMILIES, optimizer: str | None = None,
                      channels_last: bool = False, fused_attention: bool = True,
-                     checkpointing: bool = False) -> Operators:
+                     checkpointing: str = "none") -> Operators:
     """Every kernel of one training step of ``model``, in each precision family.
 
     Parameters
@@ -379,10 +379,11 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     fused_attention : bool
         ``scaled_dot_product_attention`` as one fused kernel each way (what PyTorch runs on a
         GPU), or (False) its math decomposition, as hand-written attention runs.
-    checkpointing : bool
-        Activation checkpointing of every block (:mod:`.checkpoint`; the modules FSDP wraps,
-        :func:`qsgd.units_of`): each block's forward is issued again in backward, before the
-        block's backward, and the activations kept are the blocks' inputs and one block's.
+    checkpointing : {"none", "blocks", "blocks_full"}
+        Activation checkpointing of every block (:data:`.checkpoint.CHECKPOINTING`; the
+        modules FSDP wraps, :func:`qsgd.units_of`): each block's forward is issued again in
+        backward, before the block's backward (``"blocks"``: up to torch's early stop), and
+        the activations kept are the blocks' inputs and one block's.
 
     Returns
     -------
@@ -400,6 +401,7 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     """
     if not isinstance(model, torch.nn.Module):
         raise ModelError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_checkpointing(checkpointing)
     for f in families:
         if f not in FAMILIES:
             raise ModelError(f"families: {f!r} is not one of {list(FAMILIES)}")
@@ -427,7 +429,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
             return hook
 
         hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
-        ckpt = Checkpointing(m, recorder) if checkpointing else None
+        ckpt = None if checkpointing == "none" else \
+            Checkpointing(m, recorder, full=checkpointing == "blocks_full")
         opt = _optimizer(family, optimizer, [p for _, p in params])
         rows, readies, uses, saved = [], [], [], []
         try:
@@ -459,8 +462,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     extra = {"memory_format": "channels_last"} if channels_last else {}
     if not fused_attention:
         extra["attention"] = "math"
-    if checkpointing:
-        extra["checkpointing"] = "blocks"
+    if checkpointing != "none":
+        extra["checkpointing"] = checkpointing
     return Operators(out, METHOD, tb if isinstance(tb, int) and tb > 0 else None, extra=extra,
                      parameters=sizes)
 

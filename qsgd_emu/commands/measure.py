@@ -58,10 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="PATH", type=output_file,
                         help="write the PayloadTrace JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
-    parser.add_argument("--activation-checkpointing", action="store_true",
-                        help="record the step with activation checkpointing of every block (the "
-                             "modules FSDP wraps): each block's forward runs again in backward, "
-                             "only the blocks' inputs and one block's activations are kept")
+    parser.add_argument("--activation-checkpointing", default="none",
+                        choices=["none", "blocks", "blocks_full"],   # qsgd.CHECKPOINTING
+                        help="record the step with every block (the modules FSDP wraps) "
+                             "checkpointed: its forward runs again in backward, up to torch's "
+                             "early stop (blocks) or whole (blocks_full: reentrant, or torch "
+                             "before 2.1); only the blocks' inputs and one block's activations "
+                             "are kept (default none)")
 
 
 def _shape(text: str | None):
@@ -120,8 +123,11 @@ def format_table(trace, rows: list[dict]) -> str:
     title = (f"{trace.model}: {trace.parameters:,} parameters, batch {trace.batch_size} on {trace.device} "
              f"({trace.device_name}); QSGD {c.bits}-bit (s={c.levels}), d={c.bucket_size}, {c.norm} norm, "
              f"{c.codec}; buckets: {trace.bucket_assignment} order")
-    if trace.operators is not None and trace.operators.extra.get("checkpointing") == "blocks":
-        title += "; activation checkpointing of every block"
+    ckpt = "none" if trace.operators is None else trace.operators.extra.get("checkpointing", "none")
+    if ckpt != "none":
+        from qsgd import CHECKPOINTING
+
+        title += f"; activation checkpointing: {CHECKPOINTING[ckpt]}"
     times = (f"per iteration (mean of {trace.num_iterations}): forward {trace.mean_iteration('forward_s') * 1e3:.1f} ms, "
              f"backward {trace.mean_iteration('backward_s') * 1e3:.1f} ms, "
              f"optimizer {trace.mean_iteration('optimizer_s') * 1e3:.1f} ms")

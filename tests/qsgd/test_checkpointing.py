@@ -44,16 +44,17 @@ class _Net(nn.Module):
         return self.out(x)
 
 
-def _recorded(model, device: str, how: str | None):
+def _recorded(model, device: str, how: str | None, full: bool = False):
     """(kernel records as (op, phase) of forward and backward, saved bytes, kept bytes) of one
-    fp32 step at batch 2: ``how`` "real" wraps each block in torch.utils.checkpoint and runs
-    it on the CPU, "emulated" records it on the meta device through :class:`Checkpointing`."""
+    fp32 step at batch 2: ``how`` "real" wraps each block in torch.utils.checkpoint (reentrant
+    where ``full``) and runs it on the CPU, "emulated" records it on the meta device through
+    :class:`Checkpointing`."""
     rec, ck = R._Recorder(), None
     if how == "real":
         for b in model.blocks:
-            b.forward = functools.partial(checkpoint, b.forward, use_reentrant=False)
+            b.forward = functools.partial(checkpoint, b.forward, use_reentrant=full)
     elif how == "emulated":
-        ck = Checkpointing(model, rec)
+        ck = Checkpointing(model, rec, full=full)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     R._step(model, opt, "fp32", 2, _Net.input_shape, rec, {}, device=device)
     rows = [(r["op"], r["phase"]) for r in rec.rows if r["phase"] != "optimizer"]
@@ -82,12 +83,29 @@ def test_the_emulated_step_issues_the_kernels_torch_checkpoint_runs():
     assert (saved, kept) == (outside + inputs, block)
 
 
+def test_the_whole_forward_again_is_what_reentrant_checkpointing_runs():
+    real, _, _ = _recorded(_Net(), "cpu", "real", full=True)
+    emulated, saved, kept = _recorded(R._to_meta(_Net()), "meta", "emulated", full=True)
+    plain, _, _ = _recorded(_Net(), "cpu", None)
+    assert emulated == real
+    assert len(real) - len(plain) == 3 * 5          # norm, product, GELU, product, addition
+    _, saved_early, kept_early = _recorded(R._to_meta(_Net()), "meta", "emulated")
+    assert (saved, kept) == (saved_early, kept_early)  # the same tensors are kept
+
+
+def test_bad_checkpointing_is_refused_in_one_line():
+    with pytest.raises(qsgd.ModelError) as info:
+        qsgd.record_operators(_Net(), checkpointing="layers")
+    msg = str(info.value)
+    assert "checkpointing must be one of ['none', 'blocks', 'blocks_full'], got 'layers'" == msg
+
+
 def test_a_transformer_recorded_with_checkpointing_recomputes_and_keeps_less():
     with torch.device("meta"):
         m = qsgd.build_model("gpt2", seq_len=64, n_layer=4, n_embd=128, n_head=4,
                              vocab_size=1000, dropout=0.0)
     plain = qsgd.record_operators(m, families=("amp",)).family("amp")
-    ops = qsgd.record_operators(m, families=("amp",), checkpointing=True)
+    ops = qsgd.record_operators(m, families=("amp",), checkpointing="blocks")
     ck = ops.family("amp")
     assert ops.extra == {"checkpointing": "blocks"} and block_names(m) == [f"blocks.{i}" for i in range(4)]
 
@@ -113,7 +131,7 @@ def test_a_transformer_recorded_with_checkpointing_recomputes_and_keeps_less():
 def traces():
     plain = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta", families=("amp",))
     ck = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta", families=("amp",),
-                      checkpointing=True)
+                      checkpointing="blocks")
     return plain, ck
 
 
@@ -133,7 +151,7 @@ def test_a_checkpointed_trace_reads_back_adds_families_alike_and_says_so(traces,
     a = emulator.ComputeModel.for_device("H100", plain, batch_size=8, precision="amp-bf16")
     b = emulator.ComputeModel.for_device("H100", ck, batch_size=8, precision="amp-bf16")
     assert b.forward_s == a.forward_s and a.backward_s < b.backward_s < a.backward_s + a.forward_s
-    assert "activation checkpointing of every block" in b.source
+    assert f"activation checkpointing: {qsgd.CHECKPOINTING['blocks']}" in b.source
     assert "checkpointing" not in a.source
 
 
@@ -146,7 +164,7 @@ def test_checkpointing_cuts_the_activations_a_sharded_gpu_holds(traces):
 
 def test_timing_a_checkpointed_step_on_the_device_is_refused_in_one_line():
     with pytest.raises(qsgd.ConfigError) as info:
-        qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="cpu", checkpointing=True,
+        qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="cpu", checkpointing="blocks",
                      operator_seconds=True)
     assert "checkpointing" in str(info.value) and "\n" not in str(info.value)
 
@@ -156,6 +174,6 @@ def test_measure_from_the_command_line_records_checkpointing(tmp_path, capsys):
 
     out = tmp_path / "t.json"
     assert main(["measure", "--model", "gpt2", "--device", "meta", "--activation-checkpointing",
-                 "--out", str(out)]) == 0
-    assert "activation checkpointing of every block" in capsys.readouterr().out
+                 "blocks", "--out", str(out)]) == 0
+    assert f"activation checkpointing: {qsgd.CHECKPOINTING['blocks']}" in capsys.readouterr().out
     assert json.loads(out.read_text())["operators"]["checkpointing"] == "blocks"
