@@ -6,11 +6,14 @@ from its model on the meta device, beside what it has.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import nn
 
 from qsgd.models import build_model
 from qsgd.operators import record_operators
+from qsgd.operators.checkpoint import check_checkpointing
 from qsgd.operators.records import DEFAULT_FAMILIES
 from qsgd.trace import PayloadTrace
 
@@ -18,12 +21,17 @@ __all__ = ["add_operators"]
 
 
 def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, *,
-                  model: nn.Module | None = None) -> PayloadTrace:
+                  model: nn.Module | None = None, checkpointing: str | None = None) -> PayloadTrace:
     """``trace`` with its model's operator records (:func:`qsgd.record_operators`), for a
     trace written before traces carried them (or carried these ``families``); the model is
     ``model`` (one built with arguments a name does not carry) or is built from
     ``trace.model`` on the meta device (no weights). A trace that has them is returned as it
     is; one that lacks some of ``families`` gets those recorded beside its own.
+
+    ``checkpointing`` (a :data:`qsgd.CHECKPOINTING` key; None: as the trace's records were
+    made) other than the trace's re-records every family it has, and ``families``, with
+    that activation checkpointing (a measured step's per-operator seconds are dropped with
+    them: they timed another step).
 
     Raises
     ------
@@ -41,13 +49,20 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
     >>> sorted(qsgd.add_operators(fp32, families=("half",)).operators.families)
     ['fp32', 'half']
     """
-    import dataclasses
-
     from qsgd.errors import ModelError, TraceError
 
     have = trace.operators
     if families is None:
         families = DEFAULT_FAMILIES if have is None else ()
+    optimizer = None if have is None else next(iter(have.families.values())).optimizer
+    now = "none" if have is None else have.extra.get("checkpointing", "none")
+    if checkpointing is not None and check_checkpointing(checkpointing) != now and have is not None:
+        # every family again, the other way
+        families = tuple(dict.fromkeys((*have.families, *families)))
+        extra = {k: v for k, v in have.extra.items() if k != "checkpointing"}
+        if checkpointing != "none":
+            extra["checkpointing"] = checkpointing
+        have = dataclasses.replace(have, families={}, measured=None, extra=extra)
     missing = tuple(f for f in families if have is None or f not in have.families)
     if not missing:
         return trace
@@ -62,11 +77,11 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
     # the new families as the others were recorded: layout, attention, checkpointing,
     # optimizer
     extra = {} if have is None else dict(have.extra)
-    optimizer = None if have is None else next(iter(have.families.values())).optimizer
     new = record_operators(model, input_shape=trace.input_shape, families=missing,
                            channels_last=extra.get("memory_format") == "channels_last",
                            fused_attention=extra.get("attention", "fused") != "math",
-                           checkpointing=extra.get("checkpointing", "none"),
+                           checkpointing=(checkpointing if checkpointing is not None else
+                                          extra.get("checkpointing", "none")),
                            optimizer=optimizer)
     if have is not None:
         new = dataclasses.replace(have, families={**have.families, **new.families})

@@ -1,8 +1,9 @@
 """The compute model's command-line inputs, shared by ``study``, ``demo`` and ``recommend``.
 
 ``--device`` (default ``auto``: each topology's own GPU), ``--batch-size`` (samples per GPU;
-default: the model's training batch) and ``--precision`` (default: what people train with on
-the GPU). The chosen and the assumed values are printed, one line per topology.
+default: the model's training batch), ``--precision`` (default: what people train with on
+the GPU) and ``--activation-checkpointing`` (default: as the trace was recorded). The chosen
+and the assumed values are printed, one line per topology.
 """
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def positive_int(name: str):
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> None:
-    """Add ``--device``, ``--batch-size`` and ``--precision`` to ``parser``."""
+    """Add ``--device``, ``--batch-size``, ``--precision``, ``--activation-checkpointing`` and
+    ``--codec`` to ``parser``."""
     import emulator
 
     devices = ", ".join(sorted(emulator.DEVICES))
@@ -37,22 +39,35 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
     parser.add_argument("--precision", choices=list(emulator.PRECISIONS), default=None,
                         help="training precision (default: amp-bf16 where the GPU has bf16 units, "
                              "amp-fp16 on Volta/Turing, fp32 before)")
+    parser.add_argument("--activation-checkpointing", default=None,
+                        choices=["none", "blocks", "blocks_full"],   # qsgd.CHECKPOINTING
+                        help="time the step with every block's activations checkpointed "
+                             "(blocks: torch's non-reentrant checkpoint with its early stop; "
+                             "blocks_full: the whole block again, reentrant) or not (none); "
+                             "default: as the trace was recorded. Re-records the operators")
     parser.add_argument("--codec", choices=("today", "fused"), default="today",
                         help="QSGD's codec on the GPU: today's, as measured on an H200, or "
                              "'fused', a single-pass codec at half the copy bandwidth (the "
                              "GPU-codec issue's target): what QSGD would buy once it exists")
 
 
-def ensure_operators(trace, precision: str | None = None):
+def ensure_operators(trace, precision: str | None = None, checkpointing: str | None = None):
     """``trace`` with operator records (recorded from its model when an older trace lacks
-    them, or lacks the operator family of ``precision``)."""
+    them, or lacks the operator family of ``precision``, or was recorded with other activation
+    ``checkpointing`` than asked for)."""
     import emulator
     import qsgd
+
+    if checkpointing is not None and trace.operators is not None and \
+            trace.operators.extra.get("checkpointing", "none") != checkpointing:
+        print(f"note: recording the operators of {trace.model} with activation checkpointing "
+              f"{checkpointing!r} (meta device)", file=sys.stderr)
+        trace = qsgd.add_operators(trace, checkpointing=checkpointing)
 
     if trace.operators is None:
         print(f"note: the trace of {trace.model} has no operator records; recording them from "
               f"the model (meta device)", file=sys.stderr)
-        trace = qsgd.add_operators(trace)
+        trace = qsgd.add_operators(trace, checkpointing=checkpointing)
     if precision is not None:
         family = emulator.PRECISIONS[precision].family
         if family not in trace.operators.families:

@@ -177,3 +177,17 @@ def test_measure_from_the_command_line_records_checkpointing(tmp_path, capsys):
                  "blocks", "--out", str(out)]) == 0
     assert f"activation checkpointing: {qsgd.CHECKPOINTING['blocks']}" in capsys.readouterr().out
     assert json.loads(out.read_text())["operators"]["checkpointing"] == "blocks"
+
+
+def test_add_operators_records_a_trace_again_the_other_way(traces):
+    plain, ck = traces
+    switched = qsgd.add_operators(plain, families=("bf16",), checkpointing="blocks")
+    assert switched.operators.extra["checkpointing"] == "blocks"
+    assert sorted(switched.operators.families) == ["amp", "bf16"]     # its own and the asked
+    assert switched.operators.family("amp").ops == ck.operators.family("amp").ops
+    back = qsgd.add_operators(switched, checkpointing="none")
+    assert "checkpointing" not in back.operators.extra
+    assert back.operators.family("amp") == plain.operators.family("amp")
+    assert qsgd.add_operators(back, checkpointing="none") is back   # nothing to do
+    with pytest.raises(qsgd.ModelError, match="checkpointing must be one of"):
+        qsgd.add_operators(plain, checkpointing="every")

@@ -47,6 +47,26 @@ def test_study_refusals_are_one_line(trace_path, tmp_path, args, message):
     assert code == 2 and message in line and "study" not in text, err
 
 
+def test_activation_checkpointing_is_asked_for_and_said(trace_path, tmp_path):
+    # a batch whose activations do not fit an H100 fits with every block checkpointed, at the
+    # price of a second forward of each block in backward
+    args = ["study", "--trace", trace_path, *BASE, "--world-sizes", "8", "--bits", "32",
+            "--parallelism", "fsdp", "--batch-size", "192"]
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "a")])
+    assert code == 2 and "gpt2 at batch 192 per GPU needs" in err
+    code, text, err = run_cli([*args, "--activation-checkpointing", "blocks",
+                               "--out", str(tmp_path / "b")])
+    assert code == 0, err
+    assert "recording the operators of gpt2 with activation checkpointing 'blocks'" in err
+    assert f"activation checkpointing: {qsgd.CHECKPOINTING['blocks']}" in err
+    (row,) = json.loads((tmp_path / "b" / "study.json").read_text())["rows"]
+    assert row["memory_per_gpu"] < 80e9
+    code, _, err = run_cli([*args, "--activation-checkpointing", "blocks", "--device", "measured",
+                            "--out", str(tmp_path / "c")])
+    (line,) = [x for x in err.splitlines() if "error:" in x]
+    assert code == 2 and "--device measured replays the trace's own seconds" in line
+
+
 def test_recommend_picks_a_strategy(trace_path):
     code, text, err = run_cli(["recommend", "--trace", trace_path, *BASE, "--world-sizes", "16",
                                "--max-bits-per-element", "8", "--parallelism", "ddp,fsdp,zero2",
