@@ -44,10 +44,11 @@ def test_every_file_reads_and_the_registry_holds_what_the_issue_asks(registry):
     compressed = [(r.network["nic_gbit"], p) for r in registry for p in r.points
                   if p.method != "none" and r.baseline(p.world_size) is not None]
     assert len(compressed) >= 6 and len({gbit for gbit, _ in compressed}) >= 2
-    # llm-foundry's A100 MPT-7B rows checkpoint every block; no other file says so
+    # llm-foundry's A100 MPT-7B rows and its large-scale H100 rows checkpoint every block
     assert {r.id: r.activation_checkpointing for r in registry
             if r.activation_checkpointing != "none"} == \
-        {"llmfoundry-mpt7b-fsdp-a100-40gb-bf16": "blocks_full"}
+        {"llmfoundry-mpt7b-fsdp-a100-40gb-bf16": "blocks_full",
+         **{f"llmfoundry-mpt{m}-fsdp-h100-bf16-ckpt": "blocks" for m in ("13b", "30b", "70b")}}
     for r in registry:
         for name in r.methods:       # every method resolves to a transport or a reason
             m = method_transport(r, name)
