@@ -81,6 +81,12 @@ class Checkpointing:
     def __init__(self, model: torch.nn.Module, recorder, *, full: bool = False):
         self.recorder, self.full = recorder, full
         names = block_names(model)
+        if not names:
+            from qsgd.errors import ModelError
+
+            raise ModelError(f"checkpointing: {type(model).__name__} has no blocks to checkpoint "
+                             f"(modules at a numbered name, as FSDP wraps a transformer's "
+                             f"blocks); use checkpointing='none'")
         self._handles = []
         self._start: dict[int, int] = {}
         for k, name in enumerate(names):

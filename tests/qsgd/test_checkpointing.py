@@ -98,6 +98,9 @@ def test_bad_checkpointing_is_refused_in_one_line():
         qsgd.record_operators(_Net(), checkpointing="layers")
     msg = str(info.value)
     assert "checkpointing must be one of ['none', 'blocks', 'blocks_full'], got 'layers'" == msg
+    with pytest.raises(qsgd.ModelError) as info:
+        qsgd.record_operators(nn.Linear(4, 2), input_shape=(4,), checkpointing="blocks")
+    assert "Linear has no blocks to checkpoint" in str(info.value) and "\n" not in str(info.value)
 
 
 def test_a_transformer_recorded_with_checkpointing_recomputes_and_keeps_less():
