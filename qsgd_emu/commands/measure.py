@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "checkpointed: its forward runs again in backward, up to torch's "
                              "early stop (blocks) or whole (blocks_full: reentrant, or torch "
                              "before 2.1); only the blocks' inputs and one block's activations "
-                             "are kept (default none)")
+                             "are kept")
 
 
 def _shape(text: str | None):

@@ -130,11 +130,17 @@ def test_a_transformer_recorded_with_checkpointing_recomputes_and_keeps_less():
     assert saved(ck, 8) < 0.6 * saved(plain, 8)
 
 
+def _gpt2():
+    """GPT-2's blocks, three of them (the recording's time is per operator)."""
+    with torch.device("meta"):
+        return qsgd.build_model("gpt2", n_layer=3)
+
+
 @pytest.fixture(scope="module")
 def traces():
-    plain = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta", families=("amp",))
-    ck = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta", families=("amp",),
-                      checkpointing="blocks")
+    cfg = qsgd.QSGDConfig.from_bits(4)
+    plain = qsgd.measure(_gpt2(), cfg, device="meta", families=("amp",))
+    ck = qsgd.measure(_gpt2(), cfg, device="meta", families=("amp",), checkpointing="blocks")
     return plain, ck
 
 
@@ -145,10 +151,10 @@ def test_a_checkpointed_trace_reads_back_adds_families_alike_and_says_so(traces,
     back = qsgd.PayloadTrace.load(str(path))
     assert back.operators.extra["checkpointing"] == "blocks"
     assert back.operators.family("amp").ops == ck.operators.family("amp").ops
-    more = qsgd.add_operators(back, families=("half",))
+    more = qsgd.add_operators(back, families=("half",), model=_gpt2())
     half = more.operators.family("half")
     fwd = sum(1 for o in half.ops if o.phase == "forward")
-    plain_half = qsgd.add_operators(plain, families=("half",)).operators.family("half")
+    plain_half = qsgd.add_operators(plain, families=("half",), model=_gpt2()).operators.family("half")
     assert sum(1 for o in half.ops if o.phase == "backward") > \
         sum(1 for o in plain_half.ops if o.phase == "backward") and fwd > 0
     a = emulator.ComputeModel.for_device("H100", plain, batch_size=8, precision="amp-bf16")
@@ -161,7 +167,9 @@ def test_a_checkpointed_trace_reads_back_adds_families_alike_and_says_so(traces,
 def test_checkpointing_cuts_the_activations_a_sharded_gpu_holds(traces):
     plain, ck = traces
     m = [memory_per_gpu(t, "fsdp", 16, precision="amp-bf16", batch_size=16) for t in traces]
-    assert m[1].activations < 0.5 * m[0].activations
+    # three blocks: two blocks' saved tensors fewer (the logits of the head, kept either way,
+    # are most of what is left)
+    assert m[1].activations < 0.85 * m[0].activations
     assert (m[1].parameters, m[1].optimizer) == (m[0].parameters, m[0].optimizer)
 
 
@@ -184,11 +192,11 @@ def test_measure_from_the_command_line_records_checkpointing(tmp_path, capsys):
 
 def test_add_operators_records_a_trace_again_the_other_way(traces):
     plain, ck = traces
-    switched = qsgd.add_operators(plain, families=("bf16",), checkpointing="blocks")
+    switched = qsgd.add_operators(plain, families=("bf16",), checkpointing="blocks", model=_gpt2())
     assert switched.operators.extra["checkpointing"] == "blocks"
     assert sorted(switched.operators.families) == ["amp", "bf16"]     # its own and the asked
     assert switched.operators.family("amp").ops == ck.operators.family("amp").ops
-    back = qsgd.add_operators(switched, checkpointing="none")
+    back = qsgd.add_operators(switched, checkpointing="none", model=_gpt2())
     assert "checkpointing" not in back.operators.extra
     assert back.operators.family("amp") == plain.operators.family("amp")
     assert qsgd.add_operators(back, checkpointing="none") is back   # nothing to do
