@@ -8,6 +8,7 @@ and the assumed values are printed, one line per topology.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 
 
@@ -58,8 +59,14 @@ def ensure_operators(trace, precision: str | None = None, checkpointing: str | N
     import emulator
     import qsgd
 
-    if checkpointing is not None and trace.operators is not None and \
-            trace.operators.extra.get("checkpointing", "none") != checkpointing:
+    ops = trace.operators
+    if checkpointing is not None and ops is not None and \
+            ops.extra.get("checkpointing", "none") != checkpointing:
+        # again the other way: the precision's family only, where it is known and recorded
+        family = None if precision is None else emulator.PRECISIONS[precision].family
+        if family in ops.families:
+            trace = dataclasses.replace(trace, operators=dataclasses.replace(
+                ops, families={family: ops.families[family]}))
         print(f"note: recording the operators of {trace.model} with activation checkpointing "
               f"{checkpointing!r} (meta device)", file=sys.stderr)
         trace = qsgd.add_operators(trace, checkpointing=checkpointing)
