@@ -29,9 +29,9 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
     is; one that lacks some of ``families`` gets those recorded beside its own.
 
     ``checkpointing`` (a :data:`qsgd.CHECKPOINTING` key; None: as the trace's records were
-    made) other than the trace's re-records every family it has, and ``families``, with
-    that activation checkpointing (a measured step's per-operator seconds are dropped with
-    them: they timed another step).
+    made) other than the trace's records ``families`` (default: every family it has) again
+    with that activation checkpointing, in place of all it had (a measured step's
+    per-operator seconds go with them: they timed another step).
 
     Raises
     ------
@@ -57,8 +57,8 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
     optimizer = None if have is None else next(iter(have.families.values())).optimizer
     now = "none" if have is None else have.extra.get("checkpointing", "none")
     if checkpointing is not None and check_checkpointing(checkpointing) != now and have is not None:
-        # every family again, the other way
-        families = tuple(dict.fromkeys((*have.families, *families)))
+        # again the other way: the families asked for, else all it has
+        families = tuple(families) or tuple(have.families)
         extra = {k: v for k, v in have.extra.items() if k != "checkpointing"}
         if checkpointing != "none":
             extra["checkpointing"] = checkpointing

@@ -8,7 +8,6 @@ and the assumed values are printed, one line per topology.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import sys
 
 
@@ -59,24 +58,21 @@ def ensure_operators(trace, precision: str | None = None, checkpointing: str | N
     import emulator
     import qsgd
 
+    family = None if precision is None else emulator.PRECISIONS[precision].family
     ops = trace.operators
     if checkpointing is not None and ops is not None and \
             ops.extra.get("checkpointing", "none") != checkpointing:
-        # again the other way: the precision's family only, where it is known and recorded
-        family = None if precision is None else emulator.PRECISIONS[precision].family
-        if family in ops.families:
-            trace = dataclasses.replace(trace, operators=dataclasses.replace(
-                ops, families={family: ops.families[family]}))
         print(f"note: recording the operators of {trace.model} with activation checkpointing "
               f"{checkpointing!r} (meta device)", file=sys.stderr)
-        trace = qsgd.add_operators(trace, checkpointing=checkpointing)
+        # the precision's family only where it is known (one recording, not three)
+        trace = qsgd.add_operators(trace, families=(family,) if family else None,
+                                   checkpointing=checkpointing)
 
     if trace.operators is None:
         print(f"note: the trace of {trace.model} has no operator records; recording them from "
               f"the model (meta device)", file=sys.stderr)
         trace = qsgd.add_operators(trace, checkpointing=checkpointing)
-    if precision is not None:
-        family = emulator.PRECISIONS[precision].family
+    if family is not None:
         if family not in trace.operators.families:
             print(f"note: the trace of {trace.model} has no {family!r} operator records "
                   f"({precision}); recording them from the model (meta device)", file=sys.stderr)

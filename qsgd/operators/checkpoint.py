@@ -73,9 +73,11 @@ class Checkpointing:
     record the step as activation checkpointing runs it (module docstring); ``full``: each
     block's whole forward again (``"blocks_full"``), not up to the early stop.
 
-    The recorder keeps ``block`` (the block running, None outside any) and ``block_saved``
-    (bytes each block's operators saved for backward); :meth:`kept_bytes` is what the step
-    keeps at its peak beyond the recorder's ``saved_bytes``.
+    The recorder keeps ``block`` (the block running, None outside any), ``block_saved``
+    (bytes each block's operators saved for backward) and ``block_last`` (records issued when
+    each block last saved a tensor: where the early stop ends its recomputation);
+    :meth:`kept_bytes` is what the step keeps at its peak beyond the recorder's
+    ``saved_bytes``.
     """
 
     def __init__(self, model: torch.nn.Module, recorder, *, full: bool = False):
@@ -93,7 +95,6 @@ class Checkpointing:
             block = model.get_submodule(name)
             self._handles.append(block.register_forward_pre_hook(self._enter(k), with_kwargs=True))
             self._handles.append(block.register_forward_hook(self._leave(k), with_kwargs=True))
-        self.blocks = len(names)
 
     def _enter(self, k: int):
         def hook(_module, args, kwargs):
