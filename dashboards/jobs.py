@@ -8,6 +8,8 @@ worker process to the browser. Only the public APIs of ``topologies``, ``emulato
 """
 from __future__ import annotations
 
+import dataclasses
+
 import importlib
 import os
 import tempfile
@@ -358,16 +360,25 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
     return trace
 
 
-def _with_precision(trace, params: Mapping[str, Any]):
-    """``trace`` with the operator family of the form's precision (a cached or uploaded trace
-    recorded before that family existed gets it recorded from its model)."""
+def _with_operators(trace, params: Mapping[str, Any]):
+    """``trace`` with the operator records the form asks for: the family of its precision (a
+    cached or uploaded trace recorded before that family existed gets it recorded from its
+    model) and its activation checkpointing (recorded again the other way when it differs:
+    :func:`qsgd.add_operators`, one recording for both)."""
     prec = api("emulator", "PRECISIONS").get(params.get("precision") or "")
-    if prec is None or trace.operators is None:
+    ckpt = params.get("checkpointing") or None
+    if ckpt is not None and params.get("device") == "measured":
+        raise DashboardError(f"whatif-checkpointing: {ckpt!r} re-records the step for the "
+                             f"compute model; the device 'measured' replays the trace's own "
+                             f"seconds")
+    if trace.operators is None or (prec is None and ckpt is None):
         return trace
     try:
-        return api("qsgd", "add_operators")(trace, families=(prec.family,))
+        return api("qsgd", "add_operators")(
+            trace, families=None if prec is None else (prec.family,), checkpointing=ckpt)
     except ValueError as exc:
-        raise DashboardError(f"precision {prec.name}: {exc}") from None
+        field = f"whatif-checkpointing {ckpt!r}" if ckpt else f"precision {prec.name}"
+        raise DashboardError(f"{field}: {exc}") from None
 
 
 def _topology_spec(params: Mapping[str, Any]) -> str:
@@ -404,7 +415,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     ``cache_dir``). The timeline is the one the study kept of its best configuration
     (:meth:`emulator.Study.best`).
     """
-    trace = _with_precision(workload(params, progress, variance=False), params)
+    trace = _with_operators(workload(params, progress, variance=False), params)
     spec = _topology_spec(params)
     # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
     dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]
@@ -419,6 +430,9 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
             transports=tuple(dense + qsgd_transports), topologies=(spec,), trace=trace,
             device=params.get("device") or "auto", batch_size=params.get("batch_size"),
             precision=params.get("precision"), parallelism=parallelism)
+        # one compute model per topology, resolved once as the CLI does, and said
+        models = api("emulator", "resolve_compute")(config)
+        config = dataclasses.replace(config, compute=models)
     except ValueError as exc:
         raise DashboardError(f"study: {exc}") from None
     total = [1]
@@ -436,8 +450,11 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     pred = study.prediction(best)
     gantt = None if pred is None else dict(
         pred.to_dict(), label=f"{best.label} at {best.world_size} GPUs on {best.topology_name}")
+    # what the compute model assumed (device, precision, batch, checkpointing), as the CLI
+    # prints it: the page's rows would otherwise not say it
+    assumed = [f"compute assumed on {spec}: {m.source}" for spec, m in models.items()]
     return {"rows": [r.to_dict() for r in study.rows], "gantt": gantt,
-            "conclusions": study.conclusions(),
+            "conclusions": assumed + study.conclusions(),
             "params": {k: v for k, v in params.items() if k not in ("trace", "topology_upload")}}
 
 
@@ -445,7 +462,7 @@ def recommend_job(params: Mapping[str, Any], progress: Progress = _no_progress) 
     """Run :func:`emulator.recommend`: the :meth:`~emulator.Recommendation.to_dict` of the
     form's model (measured here with variance records, cached) or uploaded trace, topology,
     world size and budget, plus ``"text"``: the configuration to paste."""
-    trace = _with_precision(workload(dict(params, bits=[4]), progress, run=True), params)
+    trace = _with_operators(workload(dict(params, bits=[4]), progress, run=True), params)
     spec = _topology_spec(params)
     emulator_ = __import__("emulator")
     w = int(params["world_size"])

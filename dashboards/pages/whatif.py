@@ -6,7 +6,9 @@ The inputs mirror ``qsgd-emu study``: a topology (a preset or spec, or an upload
 file), a model (its layout and operators recorded on the meta device; measured on this CPU
 only for the device "measured") or an uploaded PayloadTrace, bit widths, bucket size,
 transports, world sizes, a target device (default: the topology's own GPU), the batch per GPU
-and the precision (default: the model's usual batch, the GPU's usual precision). "Run" starts
+and the precision (default: the model's usual batch, the GPU's usual precision), the data
+parallelism (DDP or a sharded strategy) and activation checkpointing (default: as the trace
+was recorded; the conclusions say what the compute model assumed). "Run" starts
 a Dash background callback (its own process, with progress and cancel), so the page never
 freezes and two tabs run studies at once. The inputs are mirrored into the URL query string, so a study can be shared by URL.
 A ladder picker fills the sizes (:data:`LADDERS`: the default 8-128 GPUs, or 8, 64 and 8,192
@@ -45,6 +47,7 @@ DEFAULTS: dict[str, Any] = {
     "batch": "",
     "precision": "",
     "parallelism": "ddp",
+    "checkpointing": "",
     "metric": "throughput_samples_s",
 }
 #: World-size ladders offered next to the sizes field: (label, sizes). The second reaches
@@ -60,13 +63,13 @@ QUERY_IDS: dict[str, str] = {
     "bits": "whatif-bits", "bucket": "whatif-bucket", "transports": "whatif-transports",
     "sizes": "whatif-sizes", "device": "whatif-device", "batch": "whatif-batch",
     "precision": "whatif-precision", "metric": "whatif-metric",
-    "parallelism": "whatif-parallelism",
+    "parallelism": "whatif-parallelism", "checkpointing": "whatif-checkpointing",
 }
 
 
 def params_from_form(*, topology, spec, topology_upload, topology_filename, model, trace_upload,
                      trace_filename, bits, bucket, transports, sizes, device, batch=None,
-                     precision=None, parallelism=None) -> dict:
+                     precision=None, parallelism=None, checkpointing=None) -> dict:
     """Validated study parameters (JSON-ready) from the raw form values.
 
     Raises
@@ -113,6 +116,13 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
         forms.parse_int(batch, "whatif-batch", min_value=1, max_value=1 << 20)
     params["precision"] = precision or None
     params["parallelism"] = parallelism or "ddp"
+    # empty: as the trace's operators were recorded (a model picked here: none)
+    params["checkpointing"] = checkpointing or None
+    if params["checkpointing"] is not None:
+        allowed = jobs.api("qsgd", "CHECKPOINTING")
+        if params["checkpointing"] not in allowed:
+            raise DashboardError(f"whatif-checkpointing: {checkpointing!r} is not one of "
+                                 f"{', '.join(allowed)}")
     return params
 
 
@@ -163,19 +173,20 @@ def _options(ctx) -> tuple[dict[str, list], str]:
     import topologies
 
     opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": [],
-            "precision": [], "parallelism": []}
+            "precision": [], "parallelism": [], "checkpointing": []}
     problems = []
     for key, (module, name) in {"model": ("qsgd", "MODELS"), "device": ("emulator", "DEVICES"),
                                 "transports": ("emulator", "TRANSPORTS"),
                                 "precision": ("emulator", "PRECISIONS"),
-                                "parallelism": ("qsgd", "STRATEGIES")}.items():
+                                "parallelism": ("qsgd", "STRATEGIES"),
+                                "checkpointing": ("qsgd", "CHECKPOINTING")}.items():
         try:
             names = jobs.api(module, name)
         except RuntimeError as exc:
             problems.append(str(exc))
             continue
         opts[key] = jobs.qsgd_transports() if key == "transports" else \
-            list(names) if key in ("precision", "parallelism") else sorted(names)
+            list(names) if key in ("precision", "parallelism", "checkpointing") else sorted(names)
     if opts["device"]:
         opts["device"] = ["measured"] + opts["device"]
     return opts, "; ".join(problems)
@@ -226,6 +237,11 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                       dcc.Dropdown(id="whatif-parallelism", options=opts["parallelism"],
                                    value=q.get("parallelism", DEFAULTS["parallelism"]),
                                    clearable=False)], className="field"),
+            html.Div([label("activation checkpointing", "whatif-checkpointing"),
+                      dcc.Dropdown(id="whatif-checkpointing", options=opts["checkpointing"],
+                                   value=q.get("checkpointing") or None,
+                                   placeholder="as the trace was recorded (none)")],
+                     className="field"),
         ], className="row"),
         html.Div([
             html.Div([label("bits", "whatif-bits"),
@@ -287,7 +303,8 @@ def register(app, ctx) -> None:
         State("whatif-bucket", "value"), State("whatif-transports", "value"),
         State("whatif-sizes", "value"), State("whatif-device", "value"),
         State("whatif-batch", "value"), State("whatif-precision", "value"),
-        State("whatif-parallelism", "value"), State("whatif-tab", "data"),
+        State("whatif-parallelism", "value"), State("whatif-checkpointing", "value"),
+        State("whatif-tab", "data"),
     ]
 
     @app.callback(Output("url", "search"), [Input(i, "value") for i in QUERY_IDS.values()],
@@ -306,7 +323,8 @@ def register(app, ctx) -> None:
         cancel=[Input("whatif-cancel", "n_clicks")],
     )
     def _run(set_progress, _n, topology, spec, topo_up, topo_name, model, trace_up, trace_name,
-             bits, bucket, transports, sizes, device, batch, precision, parallelism, _tab):
+             bits, bucket, transports, sizes, device, batch, precision, parallelism,
+             checkpointing, _tab):
         def progress(done, total, text):
             set_progress((str(done), str(max(total, 1)), text))
 
@@ -316,7 +334,7 @@ def register(app, ctx) -> None:
                 topology_filename=topo_name, model=model, trace_upload=trace_up,
                 trace_filename=trace_name, bits=bits, bucket=bucket, transports=transports,
                 sizes=sizes, device=device, batch=batch, precision=precision,
-                parallelism=parallelism)
+                parallelism=parallelism, checkpointing=checkpointing)
             params["cache_dir"] = ctx.cache_dir  # measured traces are reused across studies
             results = jobs.whatif_job(params, progress)
         except (ValueError, RuntimeError, OSError) as exc:

@@ -130,6 +130,9 @@ def test_whatif_study_in_two_tabs_with_url_state_and_download(server, page, brow
     assert headline["names"][0] == "best QSGD over fp32 allreduce"
     assert "best QSGD over fp16 allreduce" not in headline["names"]     # no fp16 in this study
     assert_readable(page)
+    # the conclusions say first what the compute model assumed
+    said = page.inner_text("#whatif-conclusions").splitlines()
+    assert said[0].startswith("compute assumed on switch:{n}: H100-SXM amp-bf16 at batch"), said
 
     # Switching the metric redraws without rerunning the study.
     page.click("#whatif-metric >> text=iteration time (s)")
@@ -162,6 +165,10 @@ def test_whatif_bad_input_shows_a_message_and_the_server_stays_up(server, page):
     page.click("#whatif-clear-uploads")
     page.wait_for_function(
         "() => document.getElementById('whatif-upload-names').innerText === 'no uploads'")
+    # a shared URL restores the activation checkpointing picked
+    page.goto(f"{server.url}/whatif?{STUDY_QUERY}&checkpointing=blocks_full")
+    page.wait_for_selector("#whatif-run")
+    assert page.inner_text("#whatif-checkpointing").strip() == "blocks_full"
     assert server.alive()
 
 

@@ -26,7 +26,8 @@ def test_whatif_form_to_params():
     assert p == {"topology": "cluster:dgx_a100x{N}", "model": "mlp", "bits": [32, 4],
                  "bucket_size": 512,
                  "transports": ["qsgd_allgather"], "world_sizes": [2, 4, 8], "device": None,
-                 "batch_size": None, "precision": None, "parallelism": "ddp"}
+                 "batch_size": None, "precision": None, "parallelism": "ddp",
+                 "checkpointing": None}
     p = whatif.params_from_form(**dict(FORM, spec=" switch:{n} "))
     assert p["topology"] == "switch:{n}"
     # Only fp32/fp16 picked: no QSGD transport is needed.
@@ -122,6 +123,40 @@ def test_whatif_job_takes_a_sharded_strategy(tmp_path):
     assert {r["parallelism"] for r in out["rows"]} == {"fsdp"}
     assert [r["transport"] for r in out["rows"][:2]] == ["fp32", "qsgd_scatter_reduce_allgather"]
     assert all(r["memory_per_gpu"] > 0 for r in out["rows"])
+
+
+def test_whatif_job_checkpoints_activations_when_asked(tmp_path):
+    """The form's activation checkpointing re-records the model's step: a batch whose
+    activations do not fit an H100 under FSDP fits with every block checkpointed, and the
+    conclusions say what the compute model assumed."""
+    import qsgd
+
+    form = dict(FORM, topology="dgx_h100", model="gpt2", bits=[32], transports=[], sizes="8",
+                batch="192", precision="amp-bf16", parallelism="fsdp")
+    # GPT-2's layout and operators recorded once on the meta device, given as an uploaded
+    # trace would be (each job would otherwise record them again: 8 s each)
+    trace = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta").to_dict()
+    params = dict(whatif.params_from_form(**form), cache_dir=str(tmp_path), trace=trace)
+    with pytest.raises(DashboardError, match="gpt2 at batch 192 per GPU needs"):
+        jobs.whatif_job(params)
+    out = jobs.whatif_job(dict(params, checkpointing="blocks"))
+    (row,) = out["rows"]
+    assert row["memory_per_gpu"] < 80e9
+    assert out["conclusions"][0].startswith("compute assumed on cluster:dgx_h100x{N}: H100-SXM "
+                                            "amp-bf16 at batch 192 per GPU")
+    assert f"activation checkpointing: {qsgd.CHECKPOINTING['blocks']}" in out["conclusions"][0]
+    # refused in one line: the measured seconds cannot be re-recorded
+    with pytest.raises(DashboardError, match="whatif-checkpointing: 'blocks' re-records the "
+                                             "step.*'measured' replays"):
+        jobs.whatif_job(dict(params, checkpointing="blocks", device="measured"))
+
+
+def test_whatif_checkpointing_field():
+    assert whatif.params_from_form(**dict(FORM, checkpointing="blocks_full"))[
+        "checkpointing"] == "blocks_full"
+    with pytest.raises(DashboardError, match="whatif-checkpointing: 'layers' is not one of "
+                                             "none, blocks, blocks_full"):
+        whatif.params_from_form(**dict(FORM, checkpointing="layers"))
 
 
 def test_whatif_csv_and_empty_figures():
