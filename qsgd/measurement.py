@@ -45,6 +45,7 @@ from qsgd.errors import ConfigError
 from qsgd.models import build_model, forward_flops, model_name
 from qsgd.operators import record_operators
 from qsgd.operators.records import DEFAULT_FAMILIES
+from qsgd.stepmemory import check_fits
 from qsgd.trace import FP32_BYTES, BucketTiming, PayloadTrace, TraceBucket, TraceIteration
 from qsgd.tracevariance import BucketVariance, ParamVariance
 from qsgd.variance import DEFAULT_BITS, variance_ratios
@@ -197,6 +198,13 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         With ``bucket_assignment`` saying which order was used and ``forward_flops`` (per
         sample) where the model's forward can run on the meta device.
 
+    Raises
+    ------
+    ConfigError
+        A bad argument, named with its value; or a model whose step's weights, gradients and
+        momentum do not fit the memory free on ``device`` (:func:`qsgd.stepmemory.check_fits`,
+        before the model is built).
+
     Examples
     --------
     >>> import qsgd
@@ -236,6 +244,15 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
 
     if isinstance(model, str):
         name = model
+        if not meta:
+            # counted on the meta device first: a model whose step cannot fit is refused
+            # before its weights are made (building a 7B model alone fills 27 GB)
+            try:
+                with torch.device("meta"):
+                    size = sum(p.numel() for p in build_model(model).parameters())
+            except (RuntimeError, NotImplementedError):
+                size = 0    # a user's model that cannot be built on meta: not known beforehand
+            check_fits(name, size, dev)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(seed)
             if meta:
@@ -245,6 +262,8 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
                 model = build_model(model)
     elif isinstance(model, nn.Module):
         name = model_name(model)
+        if not meta:
+            check_fits(name, sum(p.numel() for p in model.parameters()), dev)
     else:
         raise ConfigError(f"model must be an nn.Module or a model name, got {type(model).__name__}")
     if input_shape is None:

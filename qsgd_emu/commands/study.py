@@ -5,7 +5,8 @@ Example::
     qsgd-emu study --trace trace.json --topology 'cluster:dgx_a100x{N}' --world-sizes 8,64,512 \\
         --bits 32,16,8,4,2 --out out/study [--workers 2] [--cluster tcp://host:8786]
 
-``--model NAME`` measures the model first (a short CPU/GPU run, as ``qsgd-emu measure``).
+``--model NAME`` measures the model first (a short CPU/GPU run, as ``qsgd-emu measure``;
+``--measure-device meta`` records its layout and operators without running it, at any size).
 Writes DIR/study.csv, DIR/study.json, DIR/report.html and prints the summary table (``--json``:
 the rows as JSON). A progress bar goes to stderr.
 """
@@ -50,6 +51,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
         src = parser.add_mutually_exclusive_group(required=True)
         src.add_argument("--trace", metavar="PATH", help="a PayloadTrace from qsgd-emu measure")
         src.add_argument("--model", help="measure this model first (name or pkg.mod:Class)")
+        parser.add_argument("--measure-device", default="auto", choices=("auto", "cpu", "meta"),
+                            help="where --model is measured: auto/cpu run real steps, "
+                                 "gradients and codec here; meta records its layout and "
+                                 "operators without running it (any size: a 70B model "
+                                 "needs no memory), which the compute model times")
     parser.add_argument("--measure-bits", type=int, default=4, help="QSGD bits when measuring")
     parser.add_argument("--measure-batch-size", type=computeargs.positive_int("measure-batch-size"),
                         help="samples per iteration when measuring (default: 32 on CUDA, 2 on "
@@ -187,5 +193,6 @@ def run(args) -> int:
     if args.trace:
         trace = qsgd.PayloadTrace.load(args.trace)
     else:
-        trace = measure_trace(args.model, args.measure_bits, args.measure_batch_size, args.iterations)
+        trace = measure_trace(args.model, args.measure_bits, args.measure_batch_size,
+                              args.iterations, device=args.measure_device)
     return run_with(args, trace)
