@@ -86,6 +86,7 @@ class Network:
         if interpolate is not None:
             Interpolation([], interpolate)          # validates the tolerance
         self._cache: dict = {}
+        self._blocks: dict = {}            # (op, bytes) -> NCCL's thread blocks (blocks())
         self.on_simulated = on_simulated
         self.interpolate = interpolate
         #: Cache keys whose times were read off a line (:meth:`prefetch`), not simulated.
@@ -123,6 +124,35 @@ class Network:
         if self.nccl and algorithm.startswith("qsgd_") and (op, "nccl_" + algorithm) in ALGORITHMS:
             return "nccl_" + algorithm
         return algorithm
+
+    def blocks(self, op: str, algorithm: str, nbytes: int) -> int:
+        """Thread blocks the GPU kernel of one collective occupies while it runs: NCCL
+        launches one per channel (``ncclLaunchKernel``, src/enqueue.cc: a grid of
+        ``nChannels`` blocks) of up to 640 threads at up to 96 registers each (makefiles/
+        common.mk's ``-maxrregcount=96``), nearly a whole SM's register file, so no
+        matrix-product block shares its SM: while the collective runs, compute has that many
+        SMs fewer. The channels are NCCL's plan's for this size (:func:`emulator.collectives.
+        nccl.plan`; NVLS's own, few); 0 for a collective not run as NCCL runs it (the
+        textbook algorithms model no kernel) and on one rank.
+
+        >>> import topologies
+        >>> Network(topologies.from_spec("cluster:dgx_h100x2")).blocks("allgather", "nccl", 1 << 28)
+        16
+        """
+        if self.world_size == 1 or nbytes <= 0 or not self.nccl:
+            return 0
+        base = {"nccl_qsgd_allgather": "allgather",
+                "nccl_qsgd_scatter_reduce_allgather": "alltoall"}.get(
+            self.resolve(op, algorithm), op)
+        if base not in nccl.OP_ALGOS:
+            return 0
+        key = (base, int(nbytes))
+        hit = self._blocks.get(key)
+        if hit is None:
+            hit = self._blocks[key] = int(nccl.plan(self.G, base, int(nbytes),
+                                                   range(self.world_size),
+                                                   system=self.system).channels)
+        return hit
 
     def collective(self, op: str, algorithm: str, nbytes: int, payload_bytes=None) -> tuple[float, float]:
         """``(seconds, mean payload bytes sent per GPU)`` of one collective (0, 0 on one rank).

@@ -43,6 +43,10 @@ class Work:
     seconds: float
     after: object = None
     loaded_s: float | None = None
+    #: The threads' pace while this collective runs (None: :func:`run`'s ``pace``): a GPU
+    #: collective's kernel takes its thread blocks' SMs from the compute
+    #: (:meth:`emulator.Network.blocks`).
+    pace: float | None = None
 
 
 def run(backward: list, callbacks: list, stream: list, *, share: float = 0.5,
@@ -60,7 +64,8 @@ def run(backward: list, callbacks: list, stream: list, *, share: float = 0.5,
     share : float
         Each thread's share of the compute while both run (0 < share <= 1).
     pace : float
-        The threads' pace while a collective runs (0 < pace <= 1).
+        The threads' pace while a collective runs (0 < pace <= 1), unless the collective's
+        :class:`Work` gives its own.
 
     Returns
     -------
@@ -81,6 +86,8 @@ def run(backward: list, callbacks: list, stream: list, *, share: float = 0.5,
         for name, value in (("seconds", w.seconds), ("loaded_s", w.loaded_s)):
             if value is not None and not 0.0 <= value < math.inf:
                 raise SimulationError(f"{w.key!r}: {name}={value!r} must be finite and >= 0")
+        if w.pace is not None and not 0.0 < w.pace <= 1.0:
+            raise SimulationError(f"{w.key!r}: pace={w.pace!r} must be in (0, 1]")
     heads = [0, 0, 0]
     left = [0.0, 0.0, 0.0]          # work (threads, s) or fraction (stream) of the head left
     started = [False, False, False]
@@ -111,7 +118,10 @@ def run(backward: list, callbacks: list, stream: list, *, share: float = 0.5,
         if not any(started):
             break
         bwd, cb, coll = started
-        beside = pace if coll else 1.0
+        beside = 1.0
+        if coll:
+            own = queues[2][heads[2]].pace
+            beside = pace if own is None else own
         rates = [(share if cb else 1.0) * beside, (share if bwd else 1.0) * beside, 0.0]
         if coll:
             w = queues[2][heads[2]]

@@ -38,7 +38,10 @@ otherwise: a fluid model, each second doing 1/T of the work for the T of the cur
 The other side of that interference, collectives slowing the compute, is ``compute_pace``: the
 rank's compute (backward's thread and the callback stages alike) goes at that pace while a
 collective runs (measured by the harness as the compute-alone step's time with and without a
-collective running all the while). :mod:`emulator.overlap` times the three servers (backward's
+collective running all the while). On a GPU the compute model gives it instead, collective by
+collective: NCCL's kernel holds one SM per channel while it runs (:meth:`Network.blocks`), and
+the compute goes at the share of the SMs left (:func:`gpu_pace`). :mod:`emulator.overlap`
+times the three servers (backward's
 thread, the callback thread, the stream) event by event. Stage seconds scale the trace's
 measured encode and decode seconds per element (``decode_s`` is one payload's; an allgather
 rank decodes ``p`` of them).
@@ -233,6 +236,18 @@ def _request(net: Network, c) -> tuple[str, str, int]:
     return c.op, algorithm, int(c.nbytes)
 
 
+def gpu_pace(net: Network, c, compute: ComputeModel) -> float | None:
+    """The compute's pace while plan collective ``c`` runs on a GPU: what its kernel's thread
+    blocks leave of the SMs (:meth:`ComputeModel.sm_share`, the pace at least
+    :data:`emulator.servers.MIN_PACE`, as the sharded replay's); None without a GPU
+    (measured seconds keep ``compute_pace``)."""
+    from .servers import MIN_PACE
+
+    if not compute.sms:
+        return None
+    return max(MIN_PACE, 1.0 - compute.sm_share(net.blocks(*_request(net, c))))
+
+
 def _collective_s(net: Network, c) -> tuple[float, float]:
     """``(seconds, mean bytes sent per GPU)`` of one plan collective on ``net``."""
     return net.collective(*_request(net, c))
@@ -411,7 +426,8 @@ def replay(trace, G, *, transport: str = "fp32", world_size: int | None = None,
             secs, sent = _collective_s(net, step)
             bytes_total += sent
             stream.append(Work((k, j), secs, after,
-                               None if loaded is None else _collective_s(loaded, step)[0]))
+                               None if loaded is None else _collective_s(loaded, step)[0],
+                               gpu_pace(net, step, compute)))
     backward.append(Work("rest of backward", max(0.0, fwd + bwd - reached)))
     times = overlap.run(backward, callbacks, stream, share=SHARE, pace=pace)
 

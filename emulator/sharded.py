@@ -10,7 +10,9 @@ work:
    the points where a unit's gathered parameters must be there (its first operator in forward;
    the start of its backward) and where its gradients are all ready (a reduction goes out,
    after a quantized reduce-scatter's encode, which runs right there and delays backward as
-   the DDP hook's does);
+   the DDP hook's does); while a collective runs it goes at the share of the GPU's SMs the
+   collective's kernel leaves (NCCL's thread blocks, one per channel:
+   :meth:`ComputeModel.sm_share`, :func:`emulator.servers.run`'s ``paced`` server);
 2. one **NCCL stream per process group** (the shard group; HSDP's replicate group is another
    communicator, so its allreduces overlap the shard group's collectives) runs the
    collectives one at a time in issue order. A unit's forward all-gather is issued once the
@@ -81,6 +83,21 @@ class ShardNetworks:
         self.shard = net if shard_size == p else Network(net.G, shard_size, net.algorithm)
         self.replicate_ranks = list(range(0, p, shard_size))
         self._cache: dict = {}
+
+    def blocks(self, c) -> int:
+        """Thread blocks the kernel of plan collective ``c`` occupies while it runs
+        (:meth:`Network.blocks`), on its group's ranks."""
+        if c.group == "shard":
+            return self.shard.blocks(*_request(self.shard, c))
+        if len(self.replicate_ranks) < 2 or c.nbytes == 0 or not self.net.nccl:
+            return 0
+        key = ("blocks", c.op, c.nbytes)
+        if key not in self._cache:
+            from emulator.collectives import nccl
+
+            self._cache[key] = int(nccl.plan(self.net.G, c.op, int(c.nbytes),
+                                             self.replicate_ranks).channels)
+        return self._cache[key]
 
     def seconds(self, c) -> tuple[float, float]:
         """``(seconds, bytes one GPU sends)`` of plan collective ``c``."""
@@ -180,6 +197,12 @@ def sharded_plan(trace, strategy: str, world_size: int, compute: ComputeModel, *
     return qsgd.shard_plan(st.name, units, world_size, shard_size=shard_size, gather_bytes=low,
                            reduce_bytes=reduce_bytes, grads=grads if st.grads else None,
                            weights=weights, transport=wire)
+
+
+def _share(groups: ShardNetworks, step, compute: ComputeModel) -> float:
+    """Share of the GPU's SMs collective ``step``'s kernel takes from compute while it runs
+    (:meth:`ComputeModel.sm_share` of its thread blocks; 0 without a GPU)."""
+    return compute.sm_share(groups.blocks(step)) if compute.sms else 0.0
 
 
 def _stage_seconds(stage, cfg, compute: ComputeModel) -> float:
@@ -358,7 +381,8 @@ def _replay(plan, issue: dict, fwd: float, bwd: float, opt: float, groups: Shard
                 continue
             secs, bytes_sent = groups.seconds(step)
             sent += bytes_sent
-            work.append((step.group, pos, (*order, j), servers.Item(key, secs, after)))
+            work.append((step.group, pos, (*order, j),
+                         servers.Item(key, secs, after, _share(groups, step, compute))))
             colls[i].append((key, f"{phase} {step.name}"))
         done_of[i, phase] = (i, phase, len(steps) - 1)
         if wait is not None:
@@ -380,12 +404,13 @@ def _replay(plan, issue: dict, fwd: float, bwd: float, opt: float, groups: Shard
                 continue
             secs, bytes_sent = groups.seconds(step)
             sent += bytes_sent
-            work.append((step.group, fwd + bwd + opt, (11, i, j), servers.Item(key, secs, after)))
+            work.append((step.group, fwd + bwd + opt, (11, i, j),
+                         servers.Item(key, secs, after, _share(groups, step, compute))))
             colls[i].append((key, f"step {step.name}"))
     queues: dict = {}
     for server, pos, order, item in sorted(work, key=lambda w: (w[1], w[2])):
         queues.setdefault(server, []).append(item)
-    times = servers.run(queues)
+    times = servers.run(queues, paced="compute")
     iteration = max(end for _, end in times.values())
     compute_s = fwd + bwd + opt
     ready_at = {i: times[seg_end[issue[i, "reduce"][0]]][1] if issue[i, "reduce"][0] in seg_end

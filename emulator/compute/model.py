@@ -172,6 +172,26 @@ class ComputeModel:
                               f"{self.codec_kind!r}")
 
     # ---------------------------------------------------------------- what replay asks
+    @property
+    def sms(self) -> int | None:
+        """Streaming multiprocessors of the target GPU (its datasheet's); None for measured
+        seconds (a CPU's) or a custom device."""
+        from .devices import DEVICES
+
+        return DEVICES[self.device].sms if self.device in DEVICES else None
+
+    def sm_share(self, blocks: int) -> float:
+        """Share of the target GPU's SMs a collective's kernel of ``blocks`` thread blocks
+        takes from the compute while it runs (:meth:`emulator.Network.blocks`: no matrix
+        product's block fits beside one of NCCL's on an SM); at most all but one SM, 0
+        without a GPU.
+
+        >>> ComputeModel(device="H100-SXM").sm_share(16), ComputeModel().sm_share(16)
+        (0.12121212121212122, 0.0)
+        """
+        sms = self.sms
+        return min(int(blocks), sms - 1) / sms if sms else 0.0
+
     def phases(self, trace) -> tuple[float, float, float, tuple[float, ...]]:
         """``(forward_s, backward_s, optimizer_s, ready_s)`` for ``trace``, ``ready_s`` one
         offset into backward per bucket (seconds)."""

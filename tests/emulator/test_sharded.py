@@ -37,6 +37,61 @@ def test_servers_run_each_queue_in_order_and_wait_for_what_items_need():
         servers.run({"a": [servers.Item(1, 1.0, (2,))], "b": [servers.Item(2, 1.0, (1,))]})
 
 
+def test_a_running_collective_slows_the_paced_server_by_its_share():
+    # the collective (share 0.25) runs 0-4 s; compute item "a" (3 s of work) at 0.75 until
+    # 4 s does all of it by 4 s; "b" waits for "c" and runs alone at full pace
+    q = {"compute": [servers.Item("a", 3.0), servers.Item("b", 2.0, ("c",))],
+         "nccl": [servers.Item("c", 4.0, share=0.25)]}
+    out = servers.run(q, paced="compute")
+    assert out["a"] == pytest.approx((0.0, 4.0)) and out["b"] == pytest.approx((4.0, 6.0))
+    # the same queues without pacing, or with no share, are the list schedule to the bit
+    plain = servers.run(q)
+    assert plain["a"] == (0.0, 3.0)
+    no_share = {k: [servers.Item(i.key, i.seconds, i.after) for i in v] for k, v in q.items()}
+    assert servers.run(no_share, paced="compute") == plain
+    # two collectives at once on two servers add their shares (HSDP's two communicators)
+    q2 = {"compute": [servers.Item("a", 1.0)], "s": [servers.Item("x", 10.0, share=0.3)],
+          "r": [servers.Item("y", 10.0, share=0.2)]}
+    assert servers.run(q2, paced="compute")["a"] == pytest.approx((0.0, 2.0))
+    with pytest.raises(emulator.SimulationError, match=r"share=1\.0 must be in \[0, 1\)"):
+        servers.run({"a": [servers.Item(1, 1.0, share=1.0)]})
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_pacing_only_ever_delays_and_never_reorders(seed):
+    import random
+
+    rng = random.Random(seed)
+    q = {"compute": [], "nccl": []}
+    for k in range(12):
+        after = (("n", k - 1),) if k and rng.random() < 0.5 else ()
+        q["compute"].append(servers.Item(("c", k), rng.uniform(0, 2), after))
+        q["nccl"].append(servers.Item(("n", k), rng.uniform(0, 2), (("c", k),),
+                                      share=rng.uniform(0, 0.5)))
+    plain, paced = servers.run(q), servers.run(q, paced="compute")
+    assert all(paced[k][1] >= plain[k][1] - 1e-12 for k in plain)
+    for name, items in q.items():          # each server in its order, one item at a time
+        ends = [paced[i.key] for i in items]
+        assert all(a[1] <= b[0] + 1e-12 for a, b in zip(ends, ends[1:]))
+
+
+def test_nccl_kernels_take_one_sm_per_channel_from_the_compute(trace, G, model):
+    net = emulator.Network(G)
+    blocks = net.blocks("allgather", "nccl", 1 << 28)
+    plan = emulator.collectives.nccl.plan(G, "allgather", 1 << 28)
+    assert blocks == plan.channels > 0
+    assert emulator.Network(G, algorithm="ring").blocks("allgather", "ring", 1 << 28) == 0
+    assert model.sms == 132 and model.sm_share(blocks) == blocks / 132
+    assert emulator.ComputeModel().sm_share(blocks) == 0.0      # measured seconds: no GPU
+    # the replays slow compute while collectives run: the step is longer than with the
+    # same collectives leaving every SM to compute, by less than their time
+    pred = replay_sharded(trace, G, parallelism="fsdp", compute=model)
+    assert pred.iteration_s > pred.compute_s + 1e-6
+    ddp = emulator.replay(trace, G, compute=model)
+    comm = sum(c[2] - c[1] for b in ddp.buckets for c in b.collectives)
+    assert 0 < ddp.iteration_s - ddp.compute_s < comm
+
+
 # ---------------------------------------------------------------- unit times
 def test_units_compute_in_layer_order_and_the_optimizer_shrinks_with_its_shard(trace, model):
     units = qsgd.units_of(trace.operators.parameters)
