@@ -42,8 +42,9 @@ class Prediction:
     """Predicted time of one training iteration (seconds) and its breakdown.
 
     ``exposed_comm_s`` is the part of the iteration not covered by compute:
-    ``iteration_s - compute_s`` (it includes the hook's stages that delay backward and any
-    communication or decoding that outlasts it). ``encode_decode_s`` is the total codec time
+    ``iteration_s - compute_s`` (it includes the hook's stages that delay backward, any
+    communication or decoding that outlasts it, and on a GPU the compute slowed while
+    collectives' kernels hold some of its SMs). ``encode_decode_s`` is the total codec time
     of all buckets (hidden or not). ``bytes_per_gpu`` is the mean bytes each GPU sends per
     iteration. ``bits`` is the widest bucket's width; ``bucket_bits`` each bucket's (all equal
     unless per-bucket widths were replayed).

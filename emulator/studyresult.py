@@ -348,8 +348,9 @@ def read_study(path: str | os.PathLike) -> Study:
 LEGEND = (
     "iter ms: predicted time of one training iteration; samples/s: over all GPUs; "
     "speedup: fp32 iteration / this one; eff: scaling efficiency = compute / iteration; "
-    "MB/GPU: bytes each GPU sends per iteration (1 MB = 1e6 bytes); exposed ms: communication "
-    "not hidden behind compute; codec ms: QSGD encode + decode (partly hidden); GB/GPU (sharded "
+    "MB/GPU: bytes each GPU sends per iteration (1 MB = 1e6 bytes); exposed ms: what "
+    "communication adds to the step (not hidden behind compute, or compute slowed beside it: "
+    "NCCL's kernels hold SMs); codec ms: QSGD encode + decode (partly hidden); GB/GPU (sharded "
     "studies): memory one GPU needs, model states and activations (1 GB = 1e9 bytes).")
 
 
