@@ -9,7 +9,6 @@ worker process to the browser. Only the public APIs of ``topologies``, ``emulato
 from __future__ import annotations
 
 import dataclasses
-
 import importlib
 import os
 import tempfile

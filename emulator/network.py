@@ -141,9 +141,13 @@ class Network:
         """
         if self.world_size == 1 or nbytes <= 0 or not self.nccl:
             return 0
-        base = {"nccl_qsgd_allgather": "allgather",
-                "nccl_qsgd_scatter_reduce_allgather": "alltoall"}.get(
-            self.resolve(op, algorithm), op)
+        base = op
+        if op == "allreduce":
+            # a QSGD transport asked for as a whole: its kernels are the all-gather's, or
+            # the scatter's all-to-all (the larger of its two phases)
+            base = {"nccl_qsgd_allgather": "allgather",
+                    "nccl_qsgd_scatter_reduce_allgather": "alltoall"}.get(
+                self.resolve(op, algorithm), op)
         if base not in nccl.OP_ALGOS:
             return 0
         key = (base, int(nbytes))
