@@ -14,8 +14,10 @@ One resource is shared: the GPU's SMs. An item that occupies a ``share`` of them
 collective's kernel: NCCL's thread blocks over the SM count, :meth:`emulator.Network.blocks`)
 slows the items of the ``paced`` server (the compute stream) while it runs: they progress at
 ``1 - (the shares running)`` of their pace, a fluid rate that changes at every start and end
-(event by event). Without shares, one pass of the list schedule, as before. Work beside
-compute (the codec's stages) does not slow it, a simplification :mod:`emulator.sharded` names.
+(event by event). The ``beside`` server (the codec's stages on another stream) runs on the
+same SMs: while both have work, each goes at ``split`` of that pace (processor sharing, as
+the DDP replay's callback stages beside backward: docs/collectives.md, "Work beside
+backward"). Without shares or work beside, one pass of the list schedule, as before.
 
 >>> out = run({"compute": [Item("a", 2.0), Item("b", 1.0, ("g",))],
 ...            "stream": [Item("g", 3.0)]})
@@ -53,10 +55,11 @@ class Item:
 MIN_PACE = 0.05
 
 
-def run(queues: dict, paced: str | None = None) -> dict:
+def run(queues: dict, paced: str | None = None, beside: str | None = None,
+        split: float = 0.5) -> dict:
     """Start and end (s) of every item of ``queues`` (server name -> items in order); the
-    items of server ``paced`` slowed by the shares of the other items running (module
-    docstring).
+    items of servers ``paced`` and ``beside`` slowed by the shares of the other items running,
+    and each to ``split`` of that while both run (module docstring).
 
     Raises SimulationError when an item waits for one that never runs or for one queued
     behind itself (a cycle), naming the stuck items.
@@ -67,9 +70,15 @@ def run(queues: dict, paced: str | None = None) -> dict:
                 raise SimulationError(f"{it.key!r}: seconds={it.seconds!r} must be finite and >= 0")
             if not 0.0 <= it.share < 1.0:
                 raise SimulationError(f"{it.key!r}: share={it.share!r} must be in [0, 1)")
-    if paced is not None and paced in queues and any(
-            it.share > 0 for name, items in queues.items() if name != paced for it in items):
-        return _run_paced(queues, paced)
+    if not 0.0 < split <= 1.0:
+        raise SimulationError(f"split={split!r} must be in (0, 1]")
+    sharing = {paced, beside} - {None}
+    shares = any(it.share > 0 for name, items in queues.items() if name not in sharing
+                 for it in items)
+    both = paced is not None and beside is not None and split < 1.0 and all(
+        any(it.seconds > 0 for it in queues.get(name, ())) for name in (paced, beside))
+    if sharing and (shares or both):
+        return _run_paced(queues, sharing, split)
     heads = {name: 0 for name in queues}
     free = {name: 0.0 for name in queues}
     out: dict = {}
@@ -93,10 +102,11 @@ def run(queues: dict, paced: str | None = None) -> dict:
     return out
 
 
-def _run_paced(queues: dict, paced: str) -> dict:
-    """:func:`run` event by event: at each time every item that can start starts, the paced
-    server's running item progresses at ``max(MIN_PACE, 1 - shares running)``, the others at
-    their own pace; the next event is the first end."""
+def _run_paced(queues: dict, sharing: set, split: float) -> dict:
+    """:func:`run` event by event: at each time every item that can start starts; the running
+    items of the ``sharing`` servers progress at ``max(MIN_PACE, 1 - shares running)``,
+    times ``split`` while two of them run; the others at their own pace; the next event is
+    the first end."""
     heads = {name: 0 for name in queues}
     busy: dict = {}                 # server -> [item, start, work left (s of work)]
     out: dict = {}
@@ -113,8 +123,11 @@ def _run_paced(queues: dict, paced: str) -> dict:
         if not busy:
             stuck = [items[heads[n]].key for n, items in queues.items() if heads[n] < len(items)]
             raise SimulationError(f"items wait for work that never runs: {stuck}")
-        shares = sum(b[0].share for n, b in busy.items() if n != paced)
-        rate = {n: (max(MIN_PACE, 1.0 - shares) if n == paced else 1.0) for n in busy}
+        shares = sum(b[0].share for n, b in busy.items() if n not in sharing)
+        pace = max(MIN_PACE, 1.0 - shares)
+        if sum(1 for n, b in busy.items() if n in sharing and b[2] > 0) > 1:
+            pace *= split
+        rate = {n: (pace if n in sharing else 1.0) for n in busy}
         name, (it, start, work) = min(busy.items(), key=lambda kv: (kv[1][2] / rate[kv[0]], kv[0]))
         dt = work / rate[name]
         t_next = t + dt

@@ -23,8 +23,9 @@ work:
 3. the **stream beside compute** runs the codec's other stages one at a time: the owners'
    encode of their weight shards (once a step, before forward: the backward gather sends the
    same payloads), the decode of gathered payloads, the owner's decode and average of a
-   reduced chunk. It does not slow compute, nor compute it: a simplification (the codec's
-   kernels are memory-bound and short against a block's products);
+   reduced chunk. It runs on the compute's SMs: while both have work each goes at half its
+   pace (processor sharing, the DDP replay's ``SHARE`` for its callback stages beside
+   backward);
 4. the **optimizer step** on each rank's shard once backward and every reduction are done;
    ZeRO-1/2 then all-gather the updated shards, which the next forward waits for.
 
@@ -44,7 +45,7 @@ from emulator.network import Network
 
 from . import servers
 from .prediction import BucketTimeline, Prediction
-from .replaying import TRANSPORTS, _request
+from .replaying import SHARE, TRANSPORTS, _request
 
 __all__ = ["replay_sharded", "sharded_plan", "ShardNetworks", "SHARDED_TRANSPORTS",
            "machine_size"]
@@ -410,7 +411,7 @@ def _replay(plan, issue: dict, fwd: float, bwd: float, opt: float, groups: Shard
     queues: dict = {}
     for server, pos, order, item in sorted(work, key=lambda w: (w[1], w[2])):
         queues.setdefault(server, []).append(item)
-    times = servers.run(queues, paced="compute")
+    times = servers.run(queues, paced="compute", beside="side", split=SHARE)
     iteration = max(end for _, end in times.values())
     compute_s = fwd + bwd + opt
     ready_at = {i: times[seg_end[issue[i, "reduce"][0]]][1] if issue[i, "reduce"][0] in seg_end

@@ -57,6 +57,22 @@ def test_a_running_collective_slows_the_paced_server_by_its_share():
         servers.run({"a": [servers.Item(1, 1.0, share=1.0)]})
 
 
+def test_work_beside_compute_shares_its_sms_half_and_half():
+    # a 2 s decode beside 3 s of compute: both at half pace for 4 s, then the compute's last
+    # second alone (the DDP replay's callback stage beside backward, emulator/overlap.py)
+    q = {"compute": [servers.Item("bwd", 3.0)], "side": [servers.Item("dec", 2.0)]}
+    out = servers.run(q, paced="compute", beside="side", split=0.5)
+    assert out["dec"] == pytest.approx((0.0, 4.0)) and out["bwd"] == pytest.approx((0.0, 5.0))
+    from emulator import overlap
+    ddp = overlap.run([overlap.Work("bwd", 3.0)], [overlap.Work("dec", 2.0)], [])
+    assert [*out["dec"], *out["bwd"]] == pytest.approx([*ddp["dec"], *ddp["bwd"]])
+    # a collective's share slows both; without sharing the list schedule
+    q["nccl"] = [servers.Item("ag", 10.0, share=0.5)]
+    out = servers.run(q, paced="compute", beside="side", split=0.5)
+    assert out["dec"] == pytest.approx((0.0, 8.0)) and out["bwd"] == pytest.approx((0.0, 10.0))
+    assert servers.run({k: v for k, v in q.items() if k != "nccl"})["bwd"] == (0.0, 3.0)
+
+
 @pytest.mark.parametrize("seed", range(5))
 def test_pacing_only_ever_delays_and_never_reorders(seed):
     import random
