@@ -86,7 +86,7 @@ class Network:
         if interpolate is not None:
             Interpolation([], interpolate)          # validates the tolerance
         self._cache: dict = {}
-        self._blocks: dict = {}            # (op, bytes) -> NCCL's thread blocks (blocks())
+        self._blocks: dict = {}            # (op, bytes, ranks) -> NCCL's blocks (blocks())
         self.on_simulated = on_simulated
         self.interpolate = interpolate
         #: Cache keys whose times were read off a line (:meth:`prefetch`), not simulated.
@@ -125,21 +125,24 @@ class Network:
             return "nccl_" + algorithm
         return algorithm
 
-    def blocks(self, op: str, algorithm: str, nbytes: int) -> int:
+    def blocks(self, op: str, algorithm: str, nbytes: int, ranks=None) -> int:
         """Thread blocks the GPU kernel of one collective occupies while it runs: NCCL
         launches one per channel (``ncclLaunchKernel``, src/enqueue.cc: a grid of
         ``nChannels`` blocks) of up to 640 threads at up to 96 registers each (makefiles/
         common.mk's ``-maxrregcount=96``), nearly a whole SM's register file, so no
         matrix-product block shares its SM: while the collective runs, compute has that many
         SMs fewer. The channels are NCCL's plan's for this size (:func:`emulator.collectives.
-        nccl.plan`; NVLS's own, few); 0 for a collective not run as NCCL runs it (the
-        textbook algorithms model no kernel) and on one rank.
+        nccl.plan`; NVLS's own, few) on this network's ranks, or on ``ranks`` of its graph (a
+        communicator of some of them: HSDP's replicate group); 0 for a collective not run as
+        NCCL runs it (the textbook algorithms model no kernel) and on one rank.
 
         >>> import topologies
         >>> Network(topologies.from_spec("cluster:dgx_h100x2")).blocks("allgather", "nccl", 1 << 28)
         16
         """
-        if self.world_size == 1 or nbytes <= 0 or not self.nccl:
+        group = None if ranks is None else tuple(ranks)
+        size = self.world_size if group is None else len(group)
+        if size < 2 or nbytes <= 0 or not self.nccl:
             return 0
         base = op
         if op == "allreduce":
@@ -150,12 +153,12 @@ class Network:
                 self.resolve(op, algorithm), op)
         if base not in nccl.OP_ALGOS:
             return 0
-        key = (base, int(nbytes))
+        key = (base, int(nbytes), group)
         hit = self._blocks.get(key)
         if hit is None:
-            hit = self._blocks[key] = int(nccl.plan(self.G, base, int(nbytes),
-                                                   range(self.world_size),
-                                                   system=self.system).channels)
+            plan = (nccl.plan(self.G, base, int(nbytes), range(self.world_size), system=self.system)
+                    if group is None else nccl.plan(self.G, base, int(nbytes), list(group)))
+            hit = self._blocks[key] = int(plan.channels)
         return hit
 
     def collective(self, op: str, algorithm: str, nbytes: int, payload_bytes=None) -> tuple[float, float]:

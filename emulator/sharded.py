@@ -90,15 +90,7 @@ class ShardNetworks:
         (:meth:`Network.blocks`), on its group's ranks."""
         if c.group == "shard":
             return self.shard.blocks(*_request(self.shard, c))
-        if len(self.replicate_ranks) < 2 or c.nbytes == 0 or not self.net.nccl:
-            return 0
-        key = ("blocks", c.op, c.nbytes)
-        if key not in self._cache:
-            from emulator.collectives import nccl
-
-            self._cache[key] = int(nccl.plan(self.net.G, c.op, int(c.nbytes),
-                                             self.replicate_ranks).channels)
-        return self._cache[key]
+        return self.net.blocks(c.op, self.net.algorithm, int(c.nbytes), self.replicate_ranks)
 
     def seconds(self, c) -> tuple[float, float]:
         """``(seconds, bytes one GPU sends)`` of plan collective ``c``."""

@@ -54,29 +54,39 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
 def ensure_operators(trace, precision: str | None = None, checkpointing: str | None = None):
     """``trace`` with operator records (recorded from its model when an older trace lacks
     them, or lacks the operator family of ``precision``, or was recorded with other activation
-    ``checkpointing`` than asked for)."""
+    ``checkpointing`` than asked for): one :func:`qsgd.add_operators`, which owns what to
+    record, and a note on stderr saying why."""
     import emulator
     import qsgd
 
     family = None if precision is None else emulator.PRECISIONS[precision].family
     ops = trace.operators
-    if checkpointing is not None and ops is not None and \
-            ops.extra.get("checkpointing", "none") != checkpointing:
-        print(f"note: recording the operators of {trace.model} with activation checkpointing "
-              f"{checkpointing!r} (meta device)", file=sys.stderr)
-        # the precision's family only where it is known (one recording, not three)
-        trace = qsgd.add_operators(trace, families=(family,) if family else None,
-                                   checkpointing=checkpointing)
+    if ops is None:
+        why = f"the trace of {trace.model} has no operator records; recording them"
+    elif checkpointing is not None and ops.extra.get("checkpointing", "none") != checkpointing:
+        why = f"recording the operators of {trace.model} with activation checkpointing " \
+              f"{checkpointing!r}"
+    elif family is not None and family not in ops.families:
+        why = f"the trace of {trace.model} has no {family!r} operator records ({precision}); " \
+              f"recording them"
+    else:
+        return trace
+    print(f"note: {why} from the model (meta device)", file=sys.stderr)
+    # the precision's family only where it is known (one recording, not three)
+    return qsgd.add_operators(trace, families=(family,) if family else None,
+                              checkpointing=checkpointing)
 
-    if trace.operators is None:
-        print(f"note: the trace of {trace.model} has no operator records; recording them from "
-              f"the model (meta device)", file=sys.stderr)
-        trace = qsgd.add_operators(trace, checkpointing=checkpointing)
-    if family is not None:
-        if family not in trace.operators.families:
-            print(f"note: the trace of {trace.model} has no {family!r} operator records "
-                  f"({precision}); recording them from the model (meta device)", file=sys.stderr)
-            trace = qsgd.add_operators(trace, families=(family,))
+
+def operators_for(trace, args):
+    """``trace`` as a study or a recommendation of ``args`` times it: unchanged for
+    ``--device measured`` (the trace's own seconds, which ``--activation-checkpointing``
+    cannot re-record: refused), else :func:`ensure_operators`."""
+    if args.device != "measured":
+        return ensure_operators(trace, args.precision, args.activation_checkpointing)
+    if args.activation_checkpointing is not None:
+        raise ValueError(f"--activation-checkpointing {args.activation_checkpointing} re-records "
+                         f"the step for the compute model; --device measured replays the "
+                         f"trace's own seconds")
     return trace
 
 

@@ -203,12 +203,7 @@ def run(args) -> int:
     else:
         from qsgd_emu.commands.study import measure_trace
         trace = measure_trace(args.model, 4, args.measure_batch_size, args.iterations)
-    if args.device == "measured" and args.activation_checkpointing is not None:
-        raise ValueError(f"--activation-checkpointing {args.activation_checkpointing} re-records "
-                         f"the step for the compute model; --device measured replays the "
-                         f"trace's own seconds")
-    if args.device != "measured":
-        trace = computeargs.ensure_operators(trace, args.precision, args.activation_checkpointing)
+    trace = computeargs.operators_for(trace, args)
     if args.parallelism != "ddp":
         return _strategies(args, trace)
     out = []

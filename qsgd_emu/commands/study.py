@@ -147,12 +147,7 @@ def run_with(args, trace) -> int:
     """Run the study of ``args`` on ``trace``, write DIR/study.{csv,json}, report.html, print."""
     import emulator
 
-    if args.device == "measured" and args.activation_checkpointing is not None:
-        raise ValueError(f"--activation-checkpointing {args.activation_checkpointing} re-records "
-                         f"the step for the compute model; --device measured replays the "
-                         f"trace's own seconds")
-    if args.device != "measured":
-        trace = computeargs.ensure_operators(trace, args.precision, args.activation_checkpointing)
+    trace = computeargs.operators_for(trace, args)
     cfg = emulator.StudyConfig(**{
         "trace": trace, "world_sizes": args.world_sizes, "bits": args.bits,
         "transports": args.transports, "topologies": tuple(args.topology or DEFAULT_TOPOLOGIES),
