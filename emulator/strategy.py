@@ -13,13 +13,14 @@ registry's order, DDP first: the simplest).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from emulator.compute import ComputeModel, device as device_named
 from emulator.errors import ConfigError
 from emulator.network import Network
 
-__all__ = ["StrategyOption", "StrategyChoice", "recommend_strategy"]
+__all__ = ["StrategyOption", "StrategyChoice", "recommend_strategy", "BUDGET_KINDS", "budget_for",
+           "recommend_parallelism"]
 
 
 @dataclass(frozen=True)
@@ -171,3 +172,55 @@ def recommend_strategy(trace, G, *, world_size: int | None = None, compute: Comp
                           f"on {p} {dev.name} ({dev.memory_bytes / 1e9:.0f} GB){need}")
     best = min(run, key=lambda o: (o.iteration_s, names.index(o.strategy)))
     return StrategyChoice(best, tuple(options), p, dev.name, dev.memory_bytes, tuple(notes))
+
+
+#: The budgets people give (``qsgd-emu recommend``'s options, the dashboard's Recommend page):
+#: an :class:`emulator.Budget` field, or ``variance_as_bits``: uniform B-bit QSGD's variance.
+BUDGET_KINDS = ("variance_as_bits", "variance", "bits_per_element")
+
+
+def budget_for(trace, world_size: int, kind: str, value, *, name: str | None = None):
+    """The :class:`emulator.Budget` of ``kind`` (:data:`BUDGET_KINDS`) and ``value``:
+    ``variance_as_bits`` B is the variance increase of uniform B-bit QSGD all-gather at
+    ``world_size`` GPUs, from the trace's variance records at width B. ``name`` (default
+    ``kind``) names the option in the one-line error."""
+    from .recommend import Budget, VarianceModel
+
+    if kind not in BUDGET_KINDS:
+        raise ConfigError(f"budget: {kind!r} is not one of {list(BUDGET_KINDS)}")
+    if kind != "variance_as_bits":
+        return Budget(**{kind: value})
+    vm = VarianceModel(trace)
+    b = int(value)
+    if b != value or b not in vm.widths:
+        raise ConfigError(f"{name or kind} {value!r}: the trace has variance at bits {list(vm.widths)}")
+    return Budget(variance=vm.increase((b,) * trace.num_buckets, "qsgd_allgather", world_size))
+
+
+def recommend_parallelism(trace, G, *, world_size: int, compute: ComputeModel,
+                          parallelism="auto", bits=None, budget=None,
+                          budget_name: str | None = None) -> StrategyChoice:
+    """:func:`recommend_strategy` as ``qsgd-emu recommend --parallelism`` and the dashboard's
+    Recommend page ask for it.
+
+    ``parallelism`` is ``"auto"`` (every strategy), comma-separated names or a sequence of
+    them; ``bits`` the uniform widths (default 8 and 4); ``budget`` a ``(kind, value)`` of
+    :func:`budget_for` or None (``budget_name`` names it in errors). A variance budget
+    applies only where the trace has variance records (a trace recorded on the meta device
+    has none): the choice's notes then say it was not applied. A bits-per-element budget
+    always applies.
+    """
+    if isinstance(parallelism, str):
+        names = None if parallelism.strip() == "auto" else \
+            tuple(v.strip() for v in parallelism.split(",") if v.strip())
+    else:
+        names = tuple(parallelism)
+    has_variance = all(b.variance is not None for b in trace.buckets)
+    notes = ()
+    if budget is not None and not has_variance and budget[0] != "bits_per_element":
+        budget, notes = None, ("no variance budget applied: the trace has no variance records",)
+    limit = None if budget is None else budget_for(trace, world_size, *budget, name=budget_name)
+    choice = recommend_strategy(trace, G, world_size=world_size, compute=compute,
+                                strategies=names, bits=(8, 4) if bits is None else tuple(bits),
+                                budget=limit)
+    return replace(choice, notes=notes + choice.notes)

@@ -95,18 +95,24 @@ def workers_for(workers, world_size: int) -> int:
     return max(1, cores or 1)
 
 
+#: budget option (its argparse dest) -> the kind of :func:`emulator.strategy.budget_for`
+BUDGET_OPTIONS = {"max_variance": "variance", "variance_as_bits": "variance_as_bits",
+                  "max_bits_per_element": "bits_per_element"}
+
+
+def _budget_spec(args) -> tuple[str, float, str]:
+    """(kind, value, option) of the budget option given."""
+    for dest, kind in BUDGET_OPTIONS.items():
+        if getattr(args, dest) is not None:
+            return kind, getattr(args, dest), "--" + dest.replace("_", "-")
+    raise ValueError("give one of --max-variance, --variance-as-bits, --max-bits-per-element")
+
+
 def _budget(args, trace, world_size: int):
     import emulator
 
-    if args.max_variance is not None:
-        return emulator.Budget(variance=args.max_variance)
-    if args.max_bits_per_element is not None:
-        return emulator.Budget(bits_per_element=args.max_bits_per_element)
-    b = args.variance_as_bits
-    vm = emulator.VarianceModel(trace)
-    if b not in vm.widths:
-        raise ValueError(f"--variance-as-bits {b!r}: the trace has variance at bits {list(vm.widths)}")
-    return emulator.Budget(variance=vm.increase((b,) * trace.num_buckets, "qsgd_allgather", world_size))
+    kind, value, option = _budget_spec(args)
+    return emulator.strategy.budget_for(trace, world_size, kind, value, name=option)
 
 
 #: front rows printed (the uniform and recommended points always, others evenly spaced)
@@ -148,17 +154,15 @@ def format_text(rec) -> str:
 def _strategies(args, trace) -> int:
     """``--parallelism`` other than ddp: the strategy recommendation per world size."""
     import emulator
-    import qsgd
 
-    names = None if args.parallelism == "auto" else _names(args.parallelism)
+    kind, value, option = _budget_spec(args)
     out = []
     for w in args.world_sizes:
         G, compute = _cluster(args, trace, w)
-        has_variance = all(b.variance is not None for b in trace.buckets)
-        budget = _budget(args, trace, w) if has_variance or args.max_bits_per_element else None
-        choice = emulator.recommend_strategy(trace, G, world_size=w, compute=compute,
-                                             strategies=names, bits=args.bits or (8, 4),
-                                             budget=budget)
+        # the budget where it applies, the strategies, the widths: as the dashboard asks
+        choice = emulator.strategy.recommend_parallelism(
+            trace, G, world_size=w, compute=compute, parallelism=args.parallelism,
+            bits=args.bits, budget=(kind, value), budget_name=option)
         out.append(choice)
         if not args.json:
             b = choice.best
@@ -166,8 +170,6 @@ def _strategies(args, trace) -> int:
                   f"{choice.device_bytes / 1e9:.0f} GB): {b.strategy} with {b.transport}"
                   f"{'' if b.transport == 'fp32' else f' {b.bits}-bit'}, "
                   f"{b.iteration_s * 1e3:.1f} ms/iteration, {b.memory_per_gpu / 1e9:.1f} GB per GPU")
-            if budget is None:
-                print("  (no variance budget applied: the trace has no variance records)")
             for o in choice.options:
                 it = "does not fit" if not o.fits else f"{o.iteration_s * 1e3:9.1f} ms"
                 print(f"  {o.strategy:<13} {o.transport:<30} {o.bits:>2}-bit  {it:>14}  "
@@ -180,7 +182,6 @@ def _strategies(args, trace) -> int:
         write_json(args.out, doc)
     if args.json:
         print(json.dumps(doc, indent=1))
-    del qsgd
     return 0
 
 
