@@ -4,7 +4,7 @@ Long jobs (:func:`whatif_job`, :func:`simulate_job`) run inside Dash background 
 (one subprocess each, via the app's DiskcacheManager) and report progress through a
 callable; everything returns JSON-ready dicts and lists, which is what crosses from the
 worker process to the browser. Only the public APIs of ``topologies``, ``emulator`` and
-``qsgd`` are used.
+``qsgd`` are used. The Recommend page's job is :mod:`dashboards.recommendjobs`.
 """
 from __future__ import annotations
 
@@ -301,7 +301,7 @@ CPU_MEASURE_MAX_PARAMETERS = 400_000_000
 
 
 def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
-             run: bool = False, variance: bool = True):
+             run: bool = False, variance: bool = True, page: str = "whatif"):
     """The PayloadTrace of a study: the uploaded one, else the model's.
 
     The model's is its layout and operators recorded on the meta device (no step runs, any
@@ -312,6 +312,7 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
     ``variance=False`` skips the per-bucket quantization-variance records of a measurement
     (half of measuring ResNet-50 on a CPU; a study does not read them, a recommendation does):
     such a trace is cached under its own name, and a cached trace with the records serves too.
+    Errors name ``page``'s fields.
     """
     import qsgd
 
@@ -319,7 +320,7 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
         try:
             return qsgd.PayloadTrace.from_dict(params["trace"])
         except ValueError as exc:
-            raise DashboardError(f"whatif-trace-upload: {exc}") from None
+            raise DashboardError(f"{page}-trace-upload: {exc}") from None
     qsgd_bits = [b for b in params["bits"] if b < 16]
     bits = min(qsgd_bits) if qsgd_bits else 8
     if not run and params.get("device") != "measured":
@@ -328,7 +329,7 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
             cfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=int(params["bucket_size"]))
             return qsgd.measure(params["model"], cfg, device="meta")
         except ValueError as exc:
-            raise DashboardError(f"whatif-model: {params['model']!r}: {exc}") from None
+            raise DashboardError(f"{page}-model: {params['model']!r}: {exc}") from None
     cache = _trace_cache_path(params.get("cache_dir"), params["model"], bits, params["bucket_size"])
     if cache and os.path.exists(cache):
         return qsgd.PayloadTrace.load(cache)
@@ -344,11 +345,11 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
         with torch.device("meta"):  # shapes only: refuse a model too big before allocating it
             size = sum(p.numel() for p in qsgd.build_model(params["model"]).parameters())
     except ValueError as exc:
-        raise DashboardError(f"whatif-model: {params['model']!r}: {exc}") from None
+        raise DashboardError(f"{page}-model: {params['model']!r}: {exc}") from None
     except (RuntimeError, NotImplementedError):
         size = 0  # a user's model that cannot be built on meta: its size is not known beforehand
     if size > CPU_MEASURE_MAX_PARAMETERS:
-        raise DashboardError(f"whatif-model: {params['model']!r} has {size:,} parameters, more than the "
+        raise DashboardError(f"{page}-model: {params['model']!r} has {size:,} parameters, more than the "
                              f"{CPU_MEASURE_MAX_PARAMETERS:,} this page measures on a CPU; measure it on "
                              f"a GPU with 'qsgd-emu measure' and upload the trace")
     model = qsgd.build_model(params["model"])
@@ -359,24 +360,31 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
     return trace
 
 
-def _with_operators(trace, params: Mapping[str, Any]):
+def check_operators(params: Mapping[str, Any], page: str = "whatif") -> None:
+    """Refuse, in one line naming ``page``'s field, activation checkpointing with the device
+    "measured" (the trace's own seconds, which cannot be re-recorded): before any measuring."""
+    ckpt = params.get("checkpointing") or None
+    if ckpt is not None and params.get("device") == "measured":
+        raise DashboardError(f"{page}-checkpointing: {ckpt!r} re-records the step for the "
+                             f"compute model; the device 'measured' replays the trace's own "
+                             f"seconds")
+
+
+def with_operators(trace, params: Mapping[str, Any], page: str = "whatif"):
     """``trace`` with the operator records the form asks for: the family of its precision (a
     cached or uploaded trace recorded before that family existed gets it recorded from its
     model) and its activation checkpointing (recorded again the other way when it differs:
-    :func:`qsgd.add_operators`, one recording for both)."""
+    :func:`qsgd.add_operators`, one recording for both). Errors name ``page``'s fields."""
+    check_operators(params, page)
     prec = api("emulator", "PRECISIONS").get(params.get("precision") or "")
     ckpt = params.get("checkpointing") or None
-    if ckpt is not None and params.get("device") == "measured":
-        raise DashboardError(f"whatif-checkpointing: {ckpt!r} re-records the step for the "
-                             f"compute model; the device 'measured' replays the trace's own "
-                             f"seconds")
     if trace.operators is None or (prec is None and ckpt is None):
         return trace
     try:
         return api("qsgd", "add_operators")(
             trace, families=None if prec is None else (prec.family,), checkpointing=ckpt)
     except ValueError as exc:
-        field = f"whatif-checkpointing {ckpt!r}" if ckpt else f"precision {prec.name}"
+        field = f"{page}-checkpointing {ckpt!r}" if ckpt else f"{page}-precision {prec.name!r}"
         raise DashboardError(f"{field}: {exc}") from None
 
 
@@ -414,7 +422,8 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     ``cache_dir``). The timeline is the one the study kept of its best configuration
     (:meth:`emulator.Study.best`).
     """
-    trace = _with_operators(workload(params, progress, variance=False), params)
+    check_operators(params)  # before measuring
+    trace = with_operators(workload(params, progress, variance=False), params)
     spec = _topology_spec(params)
     # The form's 32 and 16 are the dense transports; its transports are the QSGD ones.
     dense = [t for t, b in (("fp32", 32), ("fp16", 16)) if b in params["bits"]]
@@ -455,47 +464,3 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
     return {"rows": [r.to_dict() for r in study.rows], "gantt": gantt,
             "conclusions": assumed + study.conclusions(),
             "params": {k: v for k, v in params.items() if k not in ("trace", "topology_upload")}}
-
-
-def recommend_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> dict:
-    """Run :func:`emulator.recommend`: the :meth:`~emulator.Recommendation.to_dict` of the
-    form's model (measured here with variance records, cached) or uploaded trace, topology,
-    world size and budget, plus ``"text"``: the configuration to paste."""
-    trace = _with_operators(workload(dict(params, bits=[4]), progress, run=True), params)
-    spec = _topology_spec(params)
-    emulator_ = __import__("emulator")
-    w = int(params["world_size"])
-    progress(0, 1, f"searching widths at {w} GPUs")
-    count = [0]
-
-    def on_progress(msg: str) -> None:
-        count[0] += 25
-        progress(count[0], count[0] + 25, msg)
-
-    try:
-        kind, value = params["budget"]
-        if kind == "variance_as_bits":
-            vm = emulator_.VarianceModel(trace)
-            budget = emulator_.Budget(variance=vm.increase((int(value),) * trace.num_buckets,
-                                                           "qsgd_allgather", w))
-        else:
-            budget = emulator_.Budget(**{kind: float(value)})
-        G = emulator_.topology_for(spec, w)
-        compute = emulator_.ComputeModel.for_topology(
-            G, trace, device=params.get("device") or "auto", batch_size=params.get("batch_size"),
-            precision=params.get("precision"))
-        rec = emulator_.recommend(trace, G, world_size=w, budget=budget, compute=compute,
-                                  transports=tuple(params["transports"]), progress=on_progress)
-    except ValueError as exc:
-        raise DashboardError(f"recommend: {exc}") from None
-    progress(1, 1, f"done: {rec.evaluated} candidates in {rec.search_s:.1f} s")
-    out = rec.to_dict()
-    out["text"] = "\n".join([
-        f"# {rec.best.transport}, widths per bucket {list(rec.best.bits)}: "
-        f"{rec.best.iteration_s * 1e3:.2f} ms per iteration, {rec.speedup_fp32:.2f}x over fp32, "
-        f"{rec.speedup_fp16:.2f}x over fp16, variance increase {rec.best.variance:.4g}",
-        *([f"# {rec.note}"] if rec.note else []),
-        f"# assumed: {compute.source}",
-        rec.state_snippet()])
-    out["compute"] = compute.to_dict()
-    return out

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from dashboards import jobs
+from dashboards import jobs, recommendjobs
 from dashboards.errors import DashboardError
 from dashboards.pages import recommend, topology, validation, whatif
 
@@ -294,9 +294,9 @@ def test_recommend_times_the_topologys_gpu_unless_told_and_says_so(tmp_path):
     configuration text says what the compute half assumed."""
     params = dict(recommend.params_from_form(**RECOMMEND_FORM), cache_dir=str(tmp_path))
     assert params["device"] == "auto"
-    out = jobs.recommend_job(params)
+    out = recommendjobs.recommend_job(params)
     assert out["compute"]["device"] == "A100-80GB" and out["compute"]["batch_size"] is not None
     assert "# assumed: A100-80GB" in out["text"]
-    measured = jobs.recommend_job(dict(params, device="measured"))
+    measured = recommendjobs.recommend_job(dict(params, device="measured"))
     assert measured["compute"]["device"] == "measured"
     assert measured["compute"]["backward_s"] != out["compute"]["backward_s"]
