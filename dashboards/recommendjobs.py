@@ -4,7 +4,7 @@
 (:mod:`dashboards.jobs`), and returns a JSON-ready dict. With the data parallelism ``ddp``
 (the default) it is :func:`emulator.recommend`, the widths per DDP bucket of
 ``qsgd-emu recommend``; with anything else (``"auto"``: every strategy, or named ones) it is
-``emulator.strategy.recommend_parallelism``, the function ``qsgd-emu recommend --parallelism``
+``emulator.recommend_parallelism``, the function ``qsgd-emu recommend --parallelism``
 calls: the fastest strategy, transport and uniform width that fit the GPU. Only the public
 APIs of ``emulator`` and ``qsgd`` are used.
 """
@@ -80,7 +80,7 @@ def _widths(emulator, trace, G, compute, params, progress) -> dict:
         progress(count[0], count[0] + 25, msg)
 
     try:
-        budget = emulator.strategy.budget_for(trace, w, *params["budget"], name=f"{PAGE}-value")
+        budget = emulator.budget_for(trace, w, *params["budget"], name=f"{PAGE}-value")
         rec = emulator.recommend(trace, G, world_size=w, budget=budget, compute=compute,
                                  transports=tuple(params["transports"]), progress=on_progress)
     except ValueError as exc:
@@ -99,12 +99,12 @@ def _widths(emulator, trace, G, compute, params, progress) -> dict:
 
 
 def _strategy(emulator, trace, G, compute, params, progress) -> dict:
-    """``emulator.strategy.recommend_parallelism``, as ``qsgd-emu recommend --parallelism``."""
+    """``emulator.recommend_parallelism``, as ``qsgd-emu recommend --parallelism``."""
     w = int(params["world_size"])
     parallelism = params["parallelism"]
     progress(0, 1, f"predicting {parallelism} at {w} GPUs")
     try:
-        choice = emulator.strategy.recommend_parallelism(
+        choice = emulator.recommend_parallelism(
             trace, G, world_size=w, compute=compute, parallelism=parallelism,
             budget=tuple(params["budget"]), budget_name=f"{PAGE}-value")
     except ValueError as exc:

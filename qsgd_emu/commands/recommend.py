@@ -95,7 +95,7 @@ def workers_for(workers, world_size: int) -> int:
     return max(1, cores or 1)
 
 
-#: budget option (its argparse dest) -> the kind of :func:`emulator.strategy.budget_for`
+#: budget option (its argparse dest) -> the kind of :func:`emulator.budget_for`
 BUDGET_OPTIONS = {"max_variance": "variance", "variance_as_bits": "variance_as_bits",
                   "max_bits_per_element": "bits_per_element"}
 
@@ -112,7 +112,7 @@ def _budget(args, trace, world_size: int):
     import emulator
 
     kind, value, option = _budget_spec(args)
-    return emulator.strategy.budget_for(trace, world_size, kind, value, name=option)
+    return emulator.budget_for(trace, world_size, kind, value, name=option)
 
 
 #: front rows printed (the uniform and recommended points always, others evenly spaced)
@@ -160,7 +160,7 @@ def _strategies(args, trace) -> int:
     for w in args.world_sizes:
         G, compute = _cluster(args, trace, w)
         # the budget where it applies, the strategies, the widths: as the dashboard asks
-        choice = emulator.strategy.recommend_parallelism(
+        choice = emulator.recommend_parallelism(
             trace, G, world_size=w, compute=compute, parallelism=args.parallelism,
             bits=args.bits, budget=(kind, value), budget_name=option)
         out.append(choice)
