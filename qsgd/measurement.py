@@ -187,7 +187,7 @@ def measure(model: nn.Module | str, cfg: QSGDConfig, *, iterations: int = 3, bat
         The operator families recorded (:data:`qsgd.operators.FAMILIES`; default the three
         of the default precisions): fewer is faster, more can be added later
         (:func:`qsgd.add_operators`).
-    checkpointing : {"none", "blocks", "blocks_full"}
+    checkpointing : {"none", "blocks", "blocks_full", "selective"}
         Record the step with activation checkpointing of every block
         (:func:`qsgd.record_operators`); its operators are then modelled, not timed on the
         device (``operator_seconds`` must not be True).

@@ -40,10 +40,11 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
                         help="training precision (default: amp-bf16 where the GPU has bf16 units, "
                              "amp-fp16 on Volta/Turing, fp32 before)")
     parser.add_argument("--activation-checkpointing", default=None,
-                        choices=["none", "blocks", "blocks_full"],   # qsgd.CHECKPOINTING
+                        choices=["none", "blocks", "blocks_full", "selective"],  # qsgd.CHECKPOINTING
                         help="time the step with every block's activations checkpointed "
                              "(blocks: torch's non-reentrant checkpoint with its early stop; "
-                             "blocks_full: the whole block again, reentrant) or not (none); "
+                             "blocks_full: the whole block again, reentrant; selective: torchtitan's "
+                             "op policy, products' and attention's outputs kept) or not (none); "
                              "default: as the trace was recorded. Re-records the operators")
     parser.add_argument("--codec", choices=("today", "fused"), default="today",
                         help="QSGD's codec on the GPU: today's, as measured on an H200, or "

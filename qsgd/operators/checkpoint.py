@@ -23,13 +23,22 @@ an operator's inputs are saved before it runs (autograd's generated ``VariableTy
 kernels), its outputs after. Reentrant checkpointing, and the non-reentrant one before torch
 2.1 (whose unpack hook reran the whole function), run the block's whole forward again:
 ``"blocks_full"`` (:data:`CHECKPOINTING`).
+
+Selective checkpointing (``"selective"``) is torchtitan's "op" policy for its transformer
+blocks (``_apply_ac_to_transformer_block``, torchtitan/parallelisms/parallelize_llama.py at
+9dec370, the commit of its December 2024 Llama 3 benchmarks; torch's
+``create_selective_checkpoint_contexts``): inside a checkpointed block the outputs of the
+operators in :data:`SAVED_OPS` are kept from forward (``MUST_SAVE``), except every second
+matrix product of the block (the 2nd, 4th, ...: a count restarted per block), and only the
+other operators run again in backward, up to the same early stop; the kept outputs are held
+for the whole step like the blocks' inputs.
 """
 from __future__ import annotations
 
 import torch
 from torch.utils._pytree import tree_leaves
 
-__all__ = ["CHECKPOINTING", "Checkpointing", "block_names", "check_checkpointing"]
+__all__ = ["CHECKPOINTING", "SAVED_OPS", "Checkpointing", "block_names", "check_checkpointing"]
 
 #: How a step's activations are checkpointed (``Operators.extra["checkpointing"]``; absent:
 #: ``"none"``) -> what that means.
@@ -39,7 +48,18 @@ CHECKPOINTING = {
               "torch.utils.checkpoint's early stop ends it (non-reentrant, torch >= 2.1)",
     "blocks_full": "every block checkpointed, its whole forward run again in backward "
                    "(reentrant checkpointing; non-reentrant before torch 2.1)",
+    "selective": "every block checkpointed with torchtitan's selective op policy: the outputs "
+                 "of fused attention and of every other matrix product kept, the block's "
+                 "other operators run again in backward up to the early stop",
 }
+
+#: Operators whose outputs selective checkpointing keeps (torchtitan's ``_save_list`` at
+#: 9dec370: ``aten.mm``, the flash and memory-efficient ``scaled_dot_product_attention``
+#: kernels, which the recorder writes as one ``attention`` record, ``aten.abs``, ``aten.max``;
+#: its ``reduce_scatter_tensor`` is no kernel of a one-GPU step). :data:`ALTERNATE`'s are kept
+#: every second one only.
+SAVED_OPS = frozenset({"aten.mm.default", "attention", "aten.abs.default", "aten.max.default"})
+ALTERNATE = "aten.mm.default"
 
 
 def check_checkpointing(value) -> str:
@@ -71,7 +91,8 @@ def block_names(model: torch.nn.Module) -> list[str]:
 class Checkpointing:
     """Hooks on ``model``'s blocks that make ``recorder`` (the dispatch mode recording a step)
     record the step as activation checkpointing runs it (module docstring); ``full``: each
-    block's whole forward again (``"blocks_full"``), not up to the early stop.
+    block's whole forward again (``"blocks_full"``), not up to the early stop; ``selective``:
+    torchtitan's policy (``"selective"``), the outputs it keeps not made again.
 
     The recorder keeps ``block`` (the block running, None outside any), ``block_saved``
     (bytes each block's operators saved for backward) and ``block_last`` (records issued when
@@ -80,8 +101,13 @@ class Checkpointing:
     ``saved_bytes``.
     """
 
-    def __init__(self, model: torch.nn.Module, recorder, *, full: bool = False):
-        self.recorder, self.full = recorder, full
+    def __init__(self, model: torch.nn.Module, recorder, *, full: bool = False,
+                 selective: bool = False):
+        self.recorder, self.full, self.selective = recorder, full, selective
+        self._kept: dict[int, set] = {}         # block -> its records whose outputs are kept
+        self._products: dict[int, int] = {}     # block -> matrix products issued so far
+        if selective:
+            recorder.on_output = self._on_output
         names = block_names(model)
         if not names:
             from qsgd.errors import ModelError
@@ -103,6 +129,7 @@ class Checkpointing:
                 return None
             rec.block = k
             self._start[k] = len(rec.rows)
+            self._kept[k], self._products[k] = set(), 0
             # checkpoint keeps the block's inputs (its closure holds them) until its backward
             for t in tree_leaves((args, kwargs)):
                 if isinstance(t, torch.Tensor):
@@ -120,7 +147,9 @@ class Checkpointing:
             # recomputation stops once the last tensor the block saved is made again
             # (torch.utils.checkpoint's early stop): the operators up to that point
             end = len(rec.rows) if self.full else max(start, rec.block_last.get(k, start))
-            again = [dict(r, phase="backward") for r in rec.rows[start:end]]
+            kept = self._kept.pop(k, ())
+            again = [dict(r, phase="backward") for i, r in enumerate(rec.rows[start:end], start)
+                     if i not in kept]
             out = next((t for t in tree_leaves(output)
                         if isinstance(t, torch.Tensor) and t.requires_grad), None)
             if out is not None and again:
@@ -128,6 +157,21 @@ class Checkpointing:
                 out.register_hook(lambda _grad: rec.rows.extend(dict(r) for r in again))
             return None
         return hook
+
+    def _on_output(self, index: int, outs, extra: int) -> None:
+        """torchtitan's policy for the record ``index`` a block just issued in forward."""
+        rec = self.recorder
+        k, op = rec.block, rec.rows[index]["op"]
+        if op not in SAVED_OPS or k not in self._kept:
+            return
+        if op == ALTERNATE:
+            self._products[k] += 1
+            if self._products[k] % 2 == 0:      # every second product is made again
+                return
+        self._kept[k].add(index)
+        for t in outs:
+            rec.hold(t, extra)
+            extra = 0
 
     def kept_bytes(self) -> int:
         """Bytes of the block whose operators save the most (the peak is during its backward,
@@ -139,3 +183,5 @@ class Checkpointing:
         for h in self._handles:
             h.remove()
         self._handles.clear()
+        if self.selective:
+            self.recorder.on_output = None

@@ -124,6 +124,9 @@ class _Recorder(TorchDispatchMode):
         self.block: int | None = None
         self.block_saved: dict[int, int] = {}
         self.block_last: dict[int, int] = {}
+        #: called with (record index, output tensors, extra bytes) for each record a block
+        #: issues in forward (selective checkpointing decides there what it keeps)
+        self.on_output = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -169,6 +172,8 @@ class _Recorder(TorchDispatchMode):
         if self.calls is not None:
             self.calls[-1] = len(self.rows)
         self.rows.append(row)
+        if self.on_output is not None and self.block is not None and self.phase == "forward":
+            self.on_output(len(self.rows) - 1, outs, 0)
         return out
 
     def _note_uses(self, ins) -> None:
@@ -227,6 +232,27 @@ class _Recorder(TorchDispatchMode):
         self._saved[key] = (base, None)
         self.saved_bytes += _nbytes(base)
 
+    def hold(self, t: torch.Tensor, extra: int = 0) -> None:
+        """Keep ``t`` (and ``extra`` bytes its kernel saved beside it) from forward to backward
+        for the whole step, as selective checkpointing keeps an operator's output: counted in
+        ``saved_bytes`` once, and out of its block's bytes if the block counted it (the block
+        does not make it again). A reshaped copy of ``t`` that autograd saves later (a linear
+        layer's product comes out 2-D and is viewed back with ``_unsafe_view``, a tensor of
+        its own) still counts in the block's bytes: at most one block's kept outputs are
+        counted twice, at the peak of the step."""
+        base = t._base if t._base is not None else t
+        key = id(base)
+        have = self._saved.get(key)
+        if key in self.params or key in self.derived or (have is not None and have[1] is None):
+            return
+        n = _nbytes(base)
+        if have is not None:
+            self.block_saved[have[1]] -= n
+        if extra and self.block is not None:
+            self.block_saved[self.block] -= extra
+        self._saved[key] = (base, None)
+        self.saved_bytes += n + extra
+
     def saved_extra(self, nbytes: int) -> None:
         """Bytes a fused kernel keeps for its backward beyond its saved inputs."""
         self._count(int(nbytes))
@@ -249,6 +275,9 @@ class _Recorder(TorchDispatchMode):
                           "gemms": rec["gemms"], "tensors": 1, "causal": causal,
                           "reread": 0, "nchw": 0})
         self._pending_read = 0
+        if self.on_output is not None and self.block is not None and not backward:
+            # FlashAttention's log-sum-exp (one float32 per query row) is kept with the output
+            self.on_output(len(self.rows) - 1, [out], out.numel() // out.shape[-1] * 4)
 
 
 def _inputs(model, batch: int, dtype: torch.dtype, input_shape, channels_last: bool = False,
@@ -379,11 +408,12 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
     fused_attention : bool
         ``scaled_dot_product_attention`` as one fused kernel each way (what PyTorch runs on a
         GPU), or (False) its math decomposition, as hand-written attention runs.
-    checkpointing : {"none", "blocks", "blocks_full"}
+    checkpointing : {"none", "blocks", "blocks_full", "selective"}
         Activation checkpointing of every block (:data:`.checkpoint.CHECKPOINTING`; the
         modules FSDP wraps, :func:`qsgd.units_of`): each block's forward is issued again in
-        backward, before the block's backward (``"blocks"``: up to torch's early stop), and
-        the activations kept are the blocks' inputs and one block's.
+        backward, before the block's backward (``"blocks"``: up to torch's early stop;
+        ``"selective"``: but the operators whose outputs torchtitan's policy keeps), and
+        the activations kept are the blocks' inputs (and kept outputs) and one block's.
 
     Returns
     -------
@@ -430,7 +460,8 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
 
         hooks = [p.register_post_accumulate_grad_hook(mark(n)) for n, p in params]
         ckpt = None if checkpointing == "none" else \
-            Checkpointing(m, recorder, full=checkpointing == "blocks_full")
+            Checkpointing(m, recorder, full=checkpointing == "blocks_full",
+                          selective=checkpointing == "selective")
         opt = _optimizer(family, optimizer, [p for _, p in params])
         rows, readies, uses, saved = [], [], [], []
         try:

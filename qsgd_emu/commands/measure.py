@@ -59,12 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the PayloadTrace JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.add_argument("--activation-checkpointing", default="none",
-                        choices=["none", "blocks", "blocks_full"],   # qsgd.CHECKPOINTING
+                        choices=["none", "blocks", "blocks_full", "selective"],  # qsgd.CHECKPOINTING
                         help="record the step with every block (the modules FSDP wraps) "
                              "checkpointed: its forward runs again in backward, up to torch's "
                              "early stop (blocks) or whole (blocks_full: reentrant, or torch "
-                             "before 2.1); only the blocks' inputs and one block's activations "
-                             "are kept")
+                             "before 2.1) or but what torchtitan's selective op policy keeps "
+                             "(selective); only the blocks' inputs (and those kept outputs) and "
+                             "one block's activations are kept")
 
 
 def _shape(text: str | None):

@@ -2,6 +2,7 @@
 held to torch.utils.checkpoint itself."""
 from __future__ import annotations
 
+import collections
 import functools
 import json
 
@@ -97,7 +98,8 @@ def test_bad_checkpointing_is_refused_in_one_line():
     with pytest.raises(qsgd.ModelError) as info:
         qsgd.record_operators(_Net(), checkpointing="layers")
     msg = str(info.value)
-    assert "checkpointing must be one of ['none', 'blocks', 'blocks_full'], got 'layers'" == msg
+    assert ("checkpointing must be one of ['none', 'blocks', 'blocks_full', 'selective'], "
+            "got 'layers'") == msg
     with pytest.raises(qsgd.ModelError) as info:
         qsgd.record_operators(nn.Linear(4, 2), input_shape=(4,), checkpointing="blocks")
     assert "Linear has no blocks to checkpoint" in str(info.value) and "\n" not in str(info.value)
@@ -128,6 +130,104 @@ def test_a_transformer_recorded_with_checkpointing_recomputes_and_keeps_less():
     assert all(ck.ready[n] > plain.ready[n] for n in plain.ready if n.startswith("blocks."))
     saved = lambda s, b: s.saved[0] + b * s.saved[1]    # noqa: E731
     assert saved(ck, 8) < 0.6 * saved(plain, 8)
+
+
+class _GatedBlock(nn.Module):
+    """A Llama-style MLP block: three bias-free products (``aten.mm``), two of them side by side."""
+
+    def __init__(self, d: int):
+        super().__init__()
+        self.norm = nn.LayerNorm(d)
+        self.w1, self.w3 = nn.Linear(d, 2 * d, bias=False), nn.Linear(d, 2 * d, bias=False)
+        self.w2 = nn.Linear(2 * d, d, bias=False)
+
+    def forward(self, x):
+        h = self.norm(x)
+        return x + self.w2(nn.functional.silu(self.w1(h)) * self.w3(h))
+
+
+class _GatedNet(_Net):
+    def __init__(self, blocks: int = 3):
+        super().__init__(blocks)
+        self.blocks = nn.ModuleList(_GatedBlock(32) for _ in range(blocks))
+
+
+def _torchtitan_policy():
+    """torchtitan's "op" policy (parallelize_llama.py at 9dec370) for these blocks: keep every
+    odd-numbered matrix product's output, recompute the rest (a fresh count per block)."""
+    from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+    def context():
+        count = {"forward": 0, "recompute": 0}
+
+        def policy(ctx, func, *args, **kwargs):
+            mode = "recompute" if ctx.is_recompute else "forward"
+            if func == torch.ops.aten.mm.default:
+                count[mode] += 1
+                if count[mode] % 2 == 1:
+                    return CheckpointPolicy.MUST_SAVE
+            return CheckpointPolicy.PREFER_RECOMPUTE
+        return create_selective_checkpoint_contexts(policy)
+    return context
+
+
+def test_selective_checkpointing_issues_the_kernels_torch_runs_under_torchtitans_policy():
+    net = _GatedNet()
+    real_rec = R._Recorder()
+    for b in net.blocks:
+        b.forward = functools.partial(checkpoint, b.forward, use_reentrant=False,
+                                      context_fn=_torchtitan_policy())
+    R._step(net, torch.optim.SGD(net.parameters(), lr=0.1), "fp32", 2, _Net.input_shape,
+            real_rec, {}, device="cpu")
+    real = [(r["op"], r["phase"]) for r in real_rec.rows if r["phase"] != "optimizer"]
+    rec = R._Recorder()
+    model = R._to_meta(_GatedNet())
+    ck = Checkpointing(model, rec, selective=True)
+    R._step(model, torch.optim.SGD(model.parameters(), lr=0.1), "fp32", 2, _Net.input_shape, rec,
+            {}, device="meta")
+    emulated = [(r["op"], r["phase"]) for r in rec.rows if r["phase"] != "optimizer"]
+    # the same kernels in the same order: the kept first and third products are not run again
+    assert emulated == real
+    plain_rec, plain_net = R._Recorder(), _GatedNet()
+    R._step(plain_net, torch.optim.SGD(plain_net.parameters(), lr=0.1), "fp32", 2,
+            _Net.input_shape, plain_rec, {}, device="cpu")
+    plain = [(r["op"], r["phase"]) for r in plain_rec.rows if r["phase"] != "optimizer"]
+    mms = lambda rows, ph: sum(1 for op, p in rows if op == "aten.mm.default" and p == ph)  # noqa: E731
+    assert mms(real, "forward") == mms(plain, "forward") == 3 * 3
+    assert mms(real, "backward") - mms(plain, "backward") == 3     # w3 again in each block
+    # by hand: kept all step besides what "blocks" keeps, each block's w1 (2x8x64) and w2
+    # (2x8x32) outputs in float32
+    _, saved_blocks, kept_blocks = _recorded(R._to_meta(_GatedNet()), "meta", "emulated")
+    held = 3 * 4 * (2 * 8 * 64 + 2 * 8 * 32)
+    assert rec.saved_bytes == saved_blocks + held
+    # SiLU saves w1's output reshaped (a tensor of its own on the meta device), so one block's
+    # saved set still counts it: at most one block's kept outputs twice, at the peak
+    assert ck.kept_bytes() == kept_blocks
+    ck.remove()
+    assert rec.on_output is None
+
+
+def test_selective_checkpointing_keeps_attention_and_costs_less_than_whole_blocks():
+    with torch.device("meta"):
+        m = qsgd.build_model("llama", dim=128, n_layers=2, n_heads=4, n_kv_heads=2,
+                             vocab_size=1000, seq_len=64)
+    rec = {how: qsgd.record_operators(m, families=("amp",), checkpointing=how).family("amp")
+           for how in ("none", "blocks", "selective")}
+
+    def count(s, phase, kind):
+        return sum(1 for o in s.ops if o.phase == phase and o.kind == kind)
+
+    def flops(s, phase, b=4):
+        return sum(o.flops_at(b) for o in s.ops if o.phase == phase)
+
+    # attention runs once forward and once backward per block: its output is kept
+    assert count(rec["selective"], "backward", "attention") == \
+        count(rec["none"], "backward", "attention") == 2
+    assert count(rec["blocks"], "backward", "attention") == 2 + 2
+    assert flops(rec["none"], "backward") < flops(rec["selective"], "backward") < \
+        flops(rec["blocks"], "backward")
+    saved = {k: s.saved[0] + 4 * s.saved[1] for k, s in rec.items()}
+    assert saved["blocks"] < saved["selective"] < saved["none"]
 
 
 def _gpt2():
