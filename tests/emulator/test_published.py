@@ -44,11 +44,13 @@ def test_every_file_reads_and_the_registry_holds_what_the_issue_asks(registry):
     compressed = [(r.network["nic_gbit"], p) for r in registry for p in r.points
                   if p.method != "none" and r.baseline(p.world_size) is not None]
     assert len(compressed) >= 6 and len({gbit for gbit, _ in compressed}) >= 2
-    # llm-foundry's A100 MPT-7B rows and its large-scale H100 rows checkpoint every block
+    # llm-foundry's A100 MPT-7B rows and its large-scale H100 rows checkpoint every block,
+    # torchtitan's with its selective op policy
     assert {r.id: r.activation_checkpointing for r in registry
             if r.activation_checkpointing != "none"} == \
         {"llmfoundry-mpt7b-fsdp-a100-40gb-bf16": "blocks_full",
-         **{f"llmfoundry-mpt{m}-fsdp-h100-bf16-ckpt": "blocks" for m in ("13b", "30b", "70b")}}
+         **{f"llmfoundry-mpt{m}-fsdp-h100-bf16-ckpt": "blocks" for m in ("13b", "30b", "70b")},
+         **{f"torchtitan-llama3-8b-fsdp-{m}-h100": "selective" for m in ("eager", "compile")}}
     for r in registry:
         for name in r.methods:       # every method resolves to a transport or a reason
             m = method_transport(r, name)
@@ -100,7 +102,7 @@ def _set(*path_value):
     (_set("points", 0, "nodes", 9), r"points\[0\].nodes must be an int in \[1, world_size=1\]"),
     (_set("version", 2), "field format/version must be 'qsgd-published-run' version 1"),
     (_set("activation_checkpointing", True),
-     r"field activation_checkpointing must be one of \['none', 'blocks', 'blocks_full'\], got True"),
+     r"field activation_checkpointing must be one of \['none', 'blocks', 'blocks_full', 'selective'\], got True"),
 ])
 def test_a_bad_file_is_refused_in_one_line_naming_the_file_and_field(tmp_path, edit, field):
     doc = _grace()
