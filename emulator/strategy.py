@@ -183,7 +183,18 @@ def budget_for(trace, world_size: int, kind: str, value, *, name: str | None = N
     """The :class:`emulator.Budget` of ``kind`` (:data:`BUDGET_KINDS`) and ``value``:
     ``variance_as_bits`` B is the variance increase of uniform B-bit QSGD all-gather at
     ``world_size`` GPUs, from the trace's variance records at width B. ``name`` (default
-    ``kind``) names the option in the one-line error."""
+    ``kind``) names the option in the one-line error.
+
+    Examples
+    --------
+    >>> import emulator
+    >>> emulator.budget_for(None, 64, "bits_per_element", 3.5)
+    Budget(variance=None, bits_per_element=3.5)
+    >>> emulator.budget_for(None, 64, "bits", 4)
+    Traceback (most recent call last):
+    ...
+    emulator.errors.ConfigError: budget: 'bits' is not one of ['variance_as_bits', 'variance', 'bits_per_element']
+    """
     from .recommend import Budget, VarianceModel
 
     if kind not in BUDGET_KINDS:
@@ -209,6 +220,19 @@ def recommend_parallelism(trace, G, *, world_size: int, compute: ComputeModel,
     applies only where the trace has variance records (a trace recorded on the meta device
     has none): the choice's notes then say it was not applied. A bits-per-element budget
     always applies.
+
+    Examples
+    --------
+    A small model recorded on the meta device (no variance records) on two DGX H100s:
+
+    >>> import emulator, qsgd, topologies
+    >>> trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta")
+    >>> G = topologies.from_spec("cluster:dgx_h100x2")
+    >>> m = emulator.ComputeModel.for_topology(G, trace, batch_size=32)
+    >>> choice = emulator.recommend_parallelism(trace, G, world_size=16, compute=m,
+    ...                                         parallelism="ddp,fsdp", budget=("variance", 0.1))
+    >>> sorted({o.strategy for o in choice.options}), choice.notes[0]
+    (['ddp', 'fsdp'], 'no variance budget applied: the trace has no variance records')
     """
     if isinstance(parallelism, str):
         names = None if parallelism.strip() == "auto" else \
