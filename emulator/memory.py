@@ -26,8 +26,12 @@ and the two moments):
 Activations: the bytes autograd keeps from forward to backward at the batch, as the trace's
 operators recorded them (:attr:`qsgd.operators.OperatorSet.saved`), whatever the strategy (no
 activation checkpointing). Not counted: the CUDA context, NCCL's buffers, the allocator's
-fragmentation and the transient workspace of kernels, so a step that fits here by less than
-a few GB may not fit on the GPU.
+fragmentation, the transient workspace of kernels and backward's own transient tensors (the
+largest are the loss's: the gradients of float32 logits, 8.4 GB each for Llama 3 8B at 2 x
+8,192 tokens). torchtitan's page prints its Llama 3 8B runs' peak reserved memory 15-17 GiB
+above this model's figures (benchmarks/RESULTS.md, "Selective activation checkpointing"), so
+a step that fits here by less than that, for a model with a large vocabulary, may not fit on
+the GPU.
 """
 from __future__ import annotations
 
