@@ -30,6 +30,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group(required=True)
     src.add_argument("--trace", metavar="PATH", help="a PayloadTrace with variance records (qsgd-emu measure)")
     src.add_argument("--model", help="measure this model first (name or pkg.mod:Class)")
+    parser.add_argument("--measure-device", default="auto", choices=("auto", "cpu", "meta"),
+                        help="where --model is measured: auto/cpu run real steps here (their "
+                             "gradients give the variance records a variance budget needs); "
+                             "meta records its layout and operators without running it (any "
+                             "size), enough for --parallelism and --max-bits-per-element")
     parser.add_argument("--measure-batch-size", type=computeargs.positive_int("measure-batch-size"),
                         help="samples per iteration when measuring (default: 32 on CUDA, 2 on "
                              "CPU); what is predicted is --batch-size")
@@ -203,10 +208,18 @@ def run(args) -> int:
         trace = qsgd.PayloadTrace.load(args.trace)
     else:
         from qsgd_emu.commands.study import measure_trace
-        trace = measure_trace(args.model, 4, args.measure_batch_size, args.iterations)
+        trace = measure_trace(args.model, 4, args.measure_batch_size, args.iterations,
+                              device=args.measure_device)
     trace = computeargs.operators_for(trace, args)
     if args.parallelism != "ddp":
         return _strategies(args, trace)
+    if any(b.variance is None for b in trace.buckets):
+        how = ("--measure-device cpu (or auto)" if args.model else
+               "qsgd-emu measure --variance-bits 2,3,4,5,6,8")
+        raise ValueError(f"per-bucket widths are chosen by their gradient variance, and "
+                         f"{trace.model}'s trace has no variance records (a step recorded on the "
+                         f"meta device has none): measure it with {how}, or ask for a strategy "
+                         f"with --parallelism auto")
     out = []
     for w in args.world_sizes:
         G, compute = _cluster(args, trace, w)

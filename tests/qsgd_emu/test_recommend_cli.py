@@ -73,3 +73,19 @@ def test_bad_workers_is_a_one_line_error(trace_path, value):
                                "--workers", value])
     assert code == 2 and text == ""
     assert f"{value!r} is not 'auto' or an integer >= 1" in err
+
+
+def test_a_model_recorded_on_the_meta_device_gets_a_strategy_not_widths():
+    """``--measure-device meta`` records a model of any size without running it: enough to
+    pick a strategy; per-bucket widths need variance records and are refused in one line."""
+    args = ["recommend", "--model", "mlp", "--measure-device", "meta", *BASE[:2],
+            "--world-sizes", "8", "--device", "A100"]
+    code, text, err = run_cli([*args, "--max-variance", "0.1"])
+    assert code == 2 and text == ""
+    assert "mlp's trace has no variance records" in err and "--measure-device cpu" in err
+    assert err.count("\n") == 2      # the recording's progress line, then the error
+    code, text, err = run_cli([*args, "--max-bits-per-element", "8", "--parallelism", "ddp,fsdp",
+                               "--json"])
+    assert code == 0, err
+    choice = json.loads(text)["strategies"][0]
+    assert choice["best"]["strategy"] in ("ddp", "fsdp") and choice["world_size"] == 8
