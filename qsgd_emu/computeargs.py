@@ -10,6 +10,12 @@ from __future__ import annotations
 import argparse
 import sys
 
+#: ``qsgd.CHECKPOINTING``'s and ``qsgd.STRATEGIES``' keys, written out: a parser built from
+#: them would import torch (2-4 s) before ``--help`` or a typo's error could be printed.
+#: tests/qsgd_emu/test_computeargs.py holds them equal to the registries.
+CHECKPOINTING_CHOICES = ("none", "blocks", "blocks_full", "selective")
+STRATEGY_CHOICES = ("ddp", "zero1", "zero2", "zero3", "fsdp", "fsdp_grad_op", "hsdp")
+
 
 def positive_int(name: str):
     def parse(text: str) -> int:
@@ -40,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
                         help="training precision (default: amp-bf16 where the GPU has bf16 units, "
                              "amp-fp16 on Volta/Turing, fp32 before)")
     parser.add_argument("--activation-checkpointing", default=None,
-                        choices=["none", "blocks", "blocks_full", "selective"],  # qsgd.CHECKPOINTING
+                        choices=CHECKPOINTING_CHOICES,
                         help="time the step with every block's activations checkpointed "
                              "(blocks: torch's non-reentrant checkpoint with its early stop; "
                              "blocks_full: the whole block again, reentrant; selective: torchtitan's "

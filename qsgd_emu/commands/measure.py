@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 
+from qsgd_emu import computeargs
 from qsgd_emu.outputs import output_file
 
 
@@ -59,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write the PayloadTrace JSON here (folders are created)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON")
     parser.add_argument("--activation-checkpointing", default="none",
-                        choices=["none", "blocks", "blocks_full", "selective"],  # qsgd.CHECKPOINTING
+                        choices=computeargs.CHECKPOINTING_CHOICES,
                         help="record the step with every block (the modules FSDP wraps) "
                              "checkpointed: its forward runs again in backward, up to torch's "
                              "early stop (blocks) or whole (blocks_full: reentrant, or torch "

@@ -96,9 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser, *, demo: bool = False,
 
 def add_parallelism(parser: argparse.ArgumentParser) -> None:
     """``--parallelism``, ``--weight-bits`` and ``--shard-size`` (study, demo, recommend)."""
-    import qsgd
-
-    parser.add_argument("--parallelism", default="ddp", choices=list(qsgd.STRATEGIES),
+    parser.add_argument("--parallelism", default="ddp", choices=computeargs.STRATEGY_CHOICES,
                         help="data-parallel strategy: ddp, fsdp (FULL_SHARD), fsdp_grad_op "
                              "(SHARD_GRAD_OP), hsdp (HYBRID_SHARD), zero1, zero2, zero3")
     parser.add_argument("--weight-bits", type=int, default=None,
