@@ -300,6 +300,22 @@ def _trace_cache_path(cache_dir: str | None, model: str, bits: int, bucket_size:
 CPU_MEASURE_MAX_PARAMETERS = 400_000_000
 
 
+def model_parameters(model: str, page: str = "whatif") -> int:
+    """Parameters of the zoo's (or a user's) ``model``, counted on the meta device (shapes
+    only, no memory); 0 for a user's model that cannot be built there. An unknown name is a
+    DashboardError naming the page's model field."""
+    import qsgd
+    import torch
+
+    try:
+        with torch.device("meta"):
+            return sum(p.numel() for p in qsgd.build_model(model).parameters())
+    except ValueError as exc:
+        raise DashboardError(f"{page}-model: {model!r}: {exc}") from None
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
 def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
              run: bool = False, variance: bool = True, page: str = "whatif"):
     """The PayloadTrace of a study: the uploaded one, else the model's.
@@ -342,12 +358,9 @@ def workload(params: Mapping[str, Any], progress: Progress = _no_progress, *,
 
     try:
         cfg = qsgd.QSGDConfig.from_bits(bits, bucket_size=int(params["bucket_size"]))
-        with torch.device("meta"):  # shapes only: refuse a model too big before allocating it
-            size = sum(p.numel() for p in qsgd.build_model(params["model"]).parameters())
     except ValueError as exc:
         raise DashboardError(f"{page}-model: {params['model']!r}: {exc}") from None
-    except (RuntimeError, NotImplementedError):
-        size = 0  # a user's model that cannot be built on meta: its size is not known beforehand
+    size = model_parameters(params["model"], page)
     if size > CPU_MEASURE_MAX_PARAMETERS:
         raise DashboardError(f"{page}-model: {params['model']!r} has {size:,} parameters, more than the "
                              f"{CPU_MEASURE_MAX_PARAMETERS:,} this page measures on a CPU; measure it on "

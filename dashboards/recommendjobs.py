@@ -50,8 +50,12 @@ def recommend_job(params: Mapping[str, Any], progress: jobs.Progress = _no_progr
     kind, value = params["budget"]
     # Widths per bucket and a variance budget need real gradients: measured on this CPU (with
     # variance records, cached). A strategy under a bits-per-element budget needs only the
-    # model's layout and operators: recorded on the meta device, any size.
+    # model's layout and operators: recorded on the meta device, any size; so does one of a
+    # model too large to measure here, whose variance budget then cannot apply (said).
     run = parallelism == "ddp" or kind != "bits_per_element"
+    if run and parallelism != "ddp" and not params.get("trace") and \
+            jobs.model_parameters(params["model"], PAGE) > jobs.CPU_MEASURE_MAX_PARAMETERS:
+        run = False
     trace = jobs.with_operators(jobs.workload(dict(params, bits=[4]), progress, run=run, page=PAGE),
                                 params, PAGE)
     import emulator

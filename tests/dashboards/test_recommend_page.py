@@ -131,6 +131,23 @@ def test_a_variance_budget_on_a_trace_without_variance_says_it_was_not_applied(t
     assert {o["strategy"] for o in out["strategy"]["options"]} == {"fsdp"}
 
 
+def test_a_model_too_large_to_measure_here_gets_a_strategy_from_the_meta_device(tmp_path,
+                                                                               monkeypatch):
+    """A strategy for a model larger than the page measures on a CPU (llama2-7b: 6.7e9
+    parameters; here the MLP against a lowered limit) is recorded on the meta device instead of
+    refused, its variance budget said not applied; widths per bucket are still refused."""
+    from dashboards import jobs
+
+    monkeypatch.setattr(jobs, "CPU_MEASURE_MAX_PARAMETERS", 1000)
+    form = dict(FORM, budget="variance_as_bits", value="4", parallelism="fsdp")
+    params = dict(recommend.params_from_form(**form), cache_dir=str(tmp_path))
+    out = recommendjobs.recommend_job(params)
+    assert not (tmp_path / "traces").exists()           # recorded on meta, not measured here
+    assert out["strategy"]["notes"][0].startswith("no variance budget applied")
+    with pytest.raises(DashboardError, match=r"^recommend-model: 'mlp' has [\d,]+ parameters"):
+        recommendjobs.recommend_job(dict(params, parallelism="ddp"))
+
+
 def test_a_shared_url_restores_the_new_fields():
     """The page writes its fields into the URL (as the What-if page) and reads them back."""
     from dashboards import forms
