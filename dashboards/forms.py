@@ -72,6 +72,25 @@ def parse_size(text: Any, field: str) -> int:
     return nbytes
 
 
+def parse_choice(value: Any, field: str, allowed: Iterable[str]) -> str | None:
+    """``value`` if it is one of ``allowed``, None when empty (the default the field's
+    placeholder says); else a one-line DashboardError naming the field and what is allowed.
+
+    >>> parse_choice("", "whatif-precision", ["fp32"]) is None
+    True
+    >>> parse_choice("fp8", "whatif-precision", ["fp32", "tf32"])
+    Traceback (most recent call last):
+    ...
+    dashboards.errors.DashboardError: whatif-precision: 'fp8' is not one of fp32, tf32
+    """
+    if value in (None, ""):
+        return None
+    allowed = list(allowed)
+    if value not in allowed:
+        raise DashboardError(f"{field}: {value!r} is not one of {', '.join(allowed)}")
+    return value
+
+
 def require_selection(values: Iterable[Any] | None, field: str) -> list:
     """A non-empty selection from a checklist or multi-dropdown."""
     values = [v for v in (values or []) if v is not None and v != ""]

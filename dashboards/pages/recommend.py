@@ -109,18 +109,10 @@ def params_from_form(*, model, trace_upload, trace_filename, spec, size, budget,
     # precision (emulator.compute), and activation checkpointing as the trace was recorded
     params["batch_size"] = None if batch in (None, "") else \
         forms.parse_int(batch, "recommend-batch", min_value=1, max_value=1 << 20)
-    params["precision"] = precision or None
-    if params["precision"] is not None:
-        allowed = list(jobs.api("emulator", "PRECISIONS"))
-        if params["precision"] not in allowed:
-            raise DashboardError(f"recommend-precision: {precision!r} is not one of "
-                                 f"{', '.join(allowed)}")
-    params["checkpointing"] = checkpointing or None
-    if params["checkpointing"] is not None:
-        allowed = jobs.api("qsgd", "CHECKPOINTING")
-        if params["checkpointing"] not in allowed:
-            raise DashboardError(f"recommend-checkpointing: {checkpointing!r} is not one of "
-                                 f"{', '.join(allowed)}")
+    params["precision"] = forms.parse_choice(precision, "recommend-precision",
+                                             jobs.api("emulator", "PRECISIONS"))
+    params["checkpointing"] = forms.parse_choice(checkpointing, "recommend-checkpointing",
+                                                 jobs.api("qsgd", "CHECKPOINTING"))
     params["parallelism"] = parallelism_from_form(parallelism)
     return params
 

@@ -117,12 +117,8 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
     params["precision"] = precision or None
     params["parallelism"] = parallelism or "ddp"
     # empty: as the trace's operators were recorded (a model picked here: none)
-    params["checkpointing"] = checkpointing or None
-    if params["checkpointing"] is not None:
-        allowed = jobs.api("qsgd", "CHECKPOINTING")
-        if params["checkpointing"] not in allowed:
-            raise DashboardError(f"whatif-checkpointing: {checkpointing!r} is not one of "
-                                 f"{', '.join(allowed)}")
+    params["checkpointing"] = forms.parse_choice(checkpointing, "whatif-checkpointing",
+                                                 jobs.api("qsgd", "CHECKPOINTING"))
     return params
 
 
