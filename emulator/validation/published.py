@@ -59,6 +59,8 @@ class PublishedPoint:
     unit: str
     wall_time_s: float | None = None
     note: str = field(default="", compare=False)
+    #: the source's peak memory per GPU (bytes; its ``memory_gib``), where it prints one
+    memory_bytes: float | None = None
 
 
 @dataclass(frozen=True)
@@ -335,6 +337,12 @@ def _point(d, where: str, methods: dict) -> PublishedPoint:
             raise TraceError(f"{where}: wall_time must be a number > 0 in {list(WALL_UNITS)}, "
                              f"got {t!r} {unit!r}")
         return PublishedPoint(w, n, method, None, unit, t * WALL_UNITS[unit], str(d.get("note", "")))
+    memory = None
+    if "memory_gib" in d:
+        m = d["memory_gib"]
+        if not is_number(m) or not math.isfinite(m) or m <= 0:
+            raise TraceError(f"{where}.memory_gib must be a number > 0 (GiB per GPU), got {m!r}")
+        memory = float(m) * 2 ** 30
     rate = _need(d, "throughput", where)
     if not is_number(rate) or not math.isfinite(rate) or rate <= 0:
         raise TraceError(f"{where}.throughput must be a number > 0, got {rate!r}")
@@ -344,7 +352,7 @@ def _point(d, where: str, methods: dict) -> PublishedPoint:
     if per not in PER:
         raise TraceError(f"{where}.per must be one of {list(PER)}, got {per!r}")
     total = float(rate) * (w if per == "gpu" else 1)
-    return PublishedPoint(w, n, method, total, unit, None, str(d.get("note", "")))
+    return PublishedPoint(w, n, method, total, unit, None, str(d.get("note", "")), memory)
 
 
 def load_run(path: str | os.PathLike) -> PublishedRun:

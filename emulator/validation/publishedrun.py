@@ -30,6 +30,8 @@ from .published import BASELINE, UNITS, PublishedRun, build_topology, load_regis
 #: The targets of issue 30 (benchmarks/RESULTS.md reports each miss's cause).
 TARGETS = {"throughput_median": 0.10, "throughput_max": 0.25, "efficiency": 0.05,
            "speedup": 0.10}
+#: The memory comparison has no target; its summary counts the points within 10 %.
+MEMORY_WITHIN = 0.10
 
 
 #: Traces of the zoo's models recorded on the meta device, kept for the process (they hold
@@ -113,10 +115,10 @@ def _replay(run: PublishedRun, world_size: int, nodes: int, method, cache: _Cach
             trace=cache.trace(run), world_sizes=(world_size,), bits=(32,),
             transports=(method.transport,), topologies=(spec,), compute=compute,
             parallelism=method.parallelism))
-        return spec, study.prediction(study.rows[0])
+        return spec, study.prediction(study.rows[0]), study.rows[0].memory_per_gpu
     net = cache.network(spec, world_size)
     return spec, replay(cache.trace(run), None, transport=method.transport,
-                        compute=compute, network=net, method=method.config)
+                        compute=compute, network=net, method=method.config), None
 
 
 def predict_run(run: PublishedRun, *, reference: PublishedRun | None = None,
@@ -138,7 +140,10 @@ def predict_run(run: PublishedRun, *, reference: PublishedRun | None = None,
         ``published_efficiency``, ``predicted_efficiency``, ``efficiency_error``
         (difference), ``published_speedup``, ``predicted_speedup``, ``speedup_error``
         (difference), ``iteration_s``, ``compute_s``, ``exposed_comm_s``,
-        ``encode_decode_s`` (s), ``status`` ("predicted" or why not), ``doubtful``.
+        ``encode_decode_s`` (s), ``status`` ("predicted" or why not), ``doubtful``;
+        ``published_memory`` (bytes per GPU, where the source prints its peak),
+        ``predicted_memory`` (:mod:`emulator.memory`'s, sharded studies) and ``memory_error``
+        (predicted / published - 1).
     """
     cache = cache or _Cache()
     methods = {m: method_transport(run, m) for m in run.methods}
@@ -146,7 +151,7 @@ def predict_run(run: PublishedRun, *, reference: PublishedRun | None = None,
     one_pub = _single_gpu(run) or (_single_gpu(reference) if reference else None)
     one_pred = None
     if base is not None and base.transport is not None and one_pub is not None:
-        _, r = _replay(run, 1, 1, base, cache)
+        _, r, _ = _replay(run, 1, 1, base, cache)
         one_pred = run.batch_size * _per_sample(run, one_pub.unit) / r.iteration_s
     pred, given = _predict_points(run, methods, cache), {}
     if one_pred is not None and diagnose:
@@ -163,7 +168,9 @@ def predict_run(run: PublishedRun, *, reference: PublishedRun | None = None,
                "published_efficiency": None, "predicted_efficiency": None,
                "efficiency_error": None, "published_speedup": None, "predicted_speedup": None,
                "speedup_error": None, "status": "predicted" if m.transport else m.unpredicted,
-               "doubtful": run.doubtful is not None, "note": m.note}
+               "doubtful": run.doubtful is not None, "note": m.note,
+               "published_memory": p.memory_bytes, "predicted_memory": None,
+               "memory_error": None}
         b = run.baseline(p.world_size)
         if p.method != BASELINE and b is not None:
             row["published_speedup"] = (p.throughput / b.throughput if p.throughput else
@@ -171,9 +178,12 @@ def predict_run(run: PublishedRun, *, reference: PublishedRun | None = None,
         if p.throughput and one_pub is not None and p.world_size > 1:
             row["published_efficiency"] = p.throughput / (p.world_size * one_pub.throughput)
         if (p.world_size, p.method) in pred:
-            _, r, thr = pred[p.world_size, p.method]
+            _, r, thr, memory = pred[p.world_size, p.method]
             row.update(predicted=thr, iteration_s=r.iteration_s, compute_s=r.compute_s,
-                       exposed_comm_s=r.exposed_comm_s, encode_decode_s=r.encode_decode_s)
+                       exposed_comm_s=r.exposed_comm_s, encode_decode_s=r.encode_decode_s,
+                       predicted_memory=memory)
+            if memory is not None and p.memory_bytes:
+                row["memory_error"] = memory / p.memory_bytes - 1
             if p.throughput:
                 row["error"] = thr / p.throughput - 1
             if row["published_efficiency"] is not None and one_pred:
@@ -204,7 +214,7 @@ def _predict_points(run: PublishedRun, methods: dict, cache: _Cache, compute_sca
         if m.transport is None or (p.world_size, p.method) in pred:
             continue
         try:
-            spec, r = _replay(run, p.world_size, p.nodes, m, cache, compute_scale)
+            spec, r, memory = _replay(run, p.world_size, p.nodes, m, cache, compute_scale)
         except (ConfigError, TypeError) as exc:
             if m.parallelism is None:
                 raise
@@ -213,7 +223,8 @@ def _predict_points(run: PublishedRun, methods: dict, cache: _Cache, compute_sca
                                                     unpredicted=f"sharded study failed: {exc}")
             continue
         per = _per_sample(run, p.unit)
-        pred[p.world_size, p.method] = (spec, r, p.world_size * run.batch_size * per / r.iteration_s)
+        pred[p.world_size, p.method] = (spec, r, p.world_size * run.batch_size * per / r.iteration_s,
+                                        memory)
     return pred
 
 
@@ -244,13 +255,16 @@ def summarize(rows: list[dict]) -> dict:
     return {"points": len(rows), "predicted": sum(r["status"] == "predicted" for r in rows),
             "unpredicted": reasons, "throughput": thr,
             "efficiency": stats("efficiency_error", TARGETS["efficiency"]),
-            "speedup": stats("speedup_error", TARGETS["speedup"])}
+            "speedup": stats("speedup_error", TARGETS["speedup"]),
+            # no target: the memory a GPU needs against the source's printed peak, as told
+            "memory": stats("memory_error", MEMORY_WITHIN)}
 
 
 def given_compute_rows(rows: list[dict]) -> list[dict]:
     """The rows that carry a ``given_compute`` diagnostic, its figures in place of theirs."""
     keys = ("predicted", "error", "efficiency_error", "speedup_error")
-    return [dict(r, **{k: r["given_compute"][k] for k in keys}) for r in rows
+    # memory does not depend on the compute's seconds: told once, with the prediction
+    return [dict(r, memory_error=None, **{k: r["given_compute"][k] for k in keys}) for r in rows
             if r.get("given_compute")]
 
 

@@ -86,6 +86,11 @@ def summary_lines(out: dict) -> list[str]:
         if sp["points"]:
             text += (f"; speedup within 0.1x for {sp['within']} of {sp['points']} "
                      f"(median |error| {sp['median_abs']:.2f}, max {sp['max_abs']:.2f})")
+        mem = s.get("memory") or {}
+        if mem.get("points"):
+            text += (f"; memory per GPU against the published peak (no target): median "
+                     f"|error| {mem['median_abs']:.1%}, max {mem['max_abs']:.1%}, "
+                     f"{mem['within']} of {mem['points']} within 10 %")
         lines.append(text)
     reasons = (out.get("summary") or {}).get("unpredicted") or {}
     for why, n in sorted(reasons.items(), key=lambda kv: -kv[1]):

@@ -3,6 +3,7 @@ naming the file and the field, the whole registry predicted, and the command."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -17,8 +18,8 @@ from emulator.validation import load_published, predict_case, validate_published
 from emulator.validation.compute import load_cases
 from emulator.validation.published import (DEFAULT_DIR, build_topology, load_run,
                                            method_transport, topology_spec)
-from emulator.validation.publishedrun import TARGETS, summarize
-from emulator.validation.publishedtable import table_rows, text_lines, to_html
+from emulator.validation.publishedrun import TARGETS, predict_run, summarize
+from emulator.validation.publishedtable import summary_lines, table_rows, text_lines, to_html
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 REGISTRY = os.path.join(ROOT, DEFAULT_DIR)
@@ -99,6 +100,8 @@ def _set(*path_value):
     (_set("network", "transport", "carrier-pigeon"), "field network.transport 'carrier-pigeon'"),
     (_set("points", 0, "method", "gzip"), r"points\[0\].method 'gzip' is not one of"),
     (_set("points", 0, "throughput", -3), r"points\[0\].throughput must be a number > 0"),
+    (_set("points", 0, "memory_gib", "lots"),
+     r"points\[0\].memory_gib must be a number > 0 \(GiB per GPU\), got 'lots'"),
     (_set("points", 0, "nodes", 9), r"points\[0\].nodes must be an int in \[1, world_size=1\]"),
     (_set("version", 2), "field format/version must be 'qsgd-published-run' version 1"),
     (_set("activation_checkpointing", True),
@@ -271,3 +274,19 @@ def test_sharded_points_go_to_a_sharded_study():
     assert row["status"] == "predicted" and row["parallelism"] == "fsdp"
     assert row["predicted"] > 0
 
+
+
+def test_a_published_peak_memory_is_set_beside_the_predicted_one():
+    """torchtitan prints each run's peak memory per GPU: the rows carry it (bytes) beside the
+    sharded study's :func:`emulator.memory_per_gpu`, and the summary tells their error."""
+    run = load_run(os.path.join(DEFAULT_DIR, "torchtitan-llama3-8b-fsdp-eager-h100.json"))
+    assert [p.memory_bytes / 2 ** 30 for p in run.points] == [82.4, 67.0]
+    rows = predict_run(dataclasses.replace(run, points=run.points[:1]), diagnose=False)
+    row, = rows
+    assert row["published_memory"] == 82.4 * 2 ** 30
+    assert 40e9 < row["predicted_memory"] < 100e9
+    assert row["memory_error"] == pytest.approx(row["predicted_memory"] / row["published_memory"] - 1)
+    mem = summarize(rows)["memory"]
+    assert mem["points"] == 1 and mem["median_abs"] == pytest.approx(abs(row["memory_error"]))
+    assert any("memory per GPU against the published peak" in line
+               for line in summary_lines({"summary": summarize(rows)}))
