@@ -9,6 +9,7 @@ worker process to the browser. Only the public APIs of ``topologies``, ``emulato
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import os
 import tempfile
@@ -304,14 +305,22 @@ def model_parameters(model: str, page: str = "whatif") -> int:
     """Parameters of the zoo's (or a user's) ``model``, counted on the meta device (shapes
     only, no memory); 0 for a user's model that cannot be built there. An unknown name is a
     DashboardError naming the page's model field."""
+    try:
+        return _parameters(model)
+    except ValueError as exc:
+        raise DashboardError(f"{page}-model: {model!r}: {exc}") from None
+
+
+@functools.lru_cache(maxsize=64)
+def _parameters(model: str) -> int:
+    """:func:`model_parameters`, once per name: the Recommend page asks before it measures and
+    the measuring asks again (building a 7B model on the meta device takes a second)."""
     import qsgd
     import torch
 
     try:
         with torch.device("meta"):
             return sum(p.numel() for p in qsgd.build_model(model).parameters())
-    except ValueError as exc:
-        raise DashboardError(f"{page}-model: {model!r}: {exc}") from None
     except (RuntimeError, NotImplementedError):
         return 0
 

@@ -126,7 +126,7 @@ def recommend_strategy(trace, G, *, world_size: int | None = None, compute: Comp
     dev = device_named(compute.device)
     batch = compute.batch_size or trace.batch_size
     vm = None
-    if all(b.variance is not None for b in trace.buckets):
+    if trace.has_variance:
         vm = VarianceModel(trace)
     notes, options = [], []
     g = shard_size or machine_size(net.G)
@@ -239,9 +239,8 @@ def recommend_parallelism(trace, G, *, world_size: int, compute: ComputeModel,
             tuple(v.strip() for v in parallelism.split(",") if v.strip())
     else:
         names = tuple(parallelism)
-    has_variance = all(b.variance is not None for b in trace.buckets)
     notes = ()
-    if budget is not None and not has_variance and budget[0] != "bits_per_element":
+    if budget is not None and not trace.has_variance and budget[0] != "bits_per_element":
         budget, notes = None, ("no variance budget applied: the trace has no variance records",)
     limit = None if budget is None else budget_for(trace, world_size, *budget, name=budget_name)
     choice = recommend_strategy(trace, G, world_size=world_size, compute=compute,

@@ -316,6 +316,12 @@ class PayloadTrace:
     def num_iterations(self) -> int:
         return len(self.iterations)
 
+    @property
+    def has_variance(self) -> bool:
+        """Whether every bucket has quantization-variance records (a measured step with
+        ``variance_bits``; a step recorded on the meta device has none)."""
+        return all(b.variance is not None for b in self.buckets)
+
     def fp32_bytes(self, bucket: int) -> int:
         """Bytes of bucket ``bucket``'s gradient in fp32 (``4 * numel``)."""
         return self.buckets[self._bucket(bucket)].fp32_bytes

@@ -213,7 +213,7 @@ def run(args) -> int:
     trace = computeargs.operators_for(trace, args)
     if args.parallelism != "ddp":
         return _strategies(args, trace)
-    if any(b.variance is None for b in trace.buckets):
+    if not trace.has_variance:
         how = ("--measure-device cpu (or auto)" if args.model else
                "qsgd-emu measure --variance-bits 2,3,4,5,6,8")
         raise ValueError(f"per-bucket widths are chosen by their gradient variance, and "

@@ -136,5 +136,6 @@ def test_measure_records_variance_per_bucket_and_parameter():
     none = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), iterations=1, batch_size=2, device="cpu",
                         variance_bits=())
     assert all(b.variance is None for b in none.buckets)
+    assert trace.has_variance and back.has_variance and not none.has_variance
     with pytest.raises(qsgd.ConfigError, match=r"variance_bits: each width must be an int in \[2, 16\], got 1"):
         qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), variance_bits=(1,), device="cpu")
