@@ -9,13 +9,18 @@ pages already mapped. Measured (benchmarks/RESULTS.md): three 1024-GPU all-gathe
 process, 44.9 -> 40.4 s wall, 6.5 -> 2.4 s of system time. The cost is that a process's
 memory stays at its peak until it exits, which suits worker processes (a study's, a
 prefetch's), not a long-lived server.
+
+:func:`prepare_worker` is a worker's start: this, and the cyclic collector's thresholds of
+the process that started it (``qsgd-emu`` raises them: its big simulations keep millions of
+objects alive, which the collector otherwise traverses again and again).
 """
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gc
 
-__all__ = ["keep_freed_memory"]
+__all__ = ["keep_freed_memory", "prepare_worker"]
 
 #: mallopt parameters (glibc's malloc.h)
 _M_TRIM_THRESHOLD = -1
@@ -47,3 +52,17 @@ def keep_freed_memory() -> bool:
     mallopt.restype = ctypes.c_int
     return bool(mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and \
         bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
+
+
+def prepare_worker(gc_thresholds: tuple) -> None:
+    """A worker process's start (a study's, a prefetch's): :func:`keep_freed_memory`, and the
+    collector's thresholds ``gc_thresholds`` (its parent's, :func:`gc.get_threshold`).
+
+    Examples
+    --------
+    >>> before = gc.get_threshold()
+    >>> prepare_worker(before); gc.get_threshold() == before
+    True
+    """
+    keep_freed_memory()
+    gc.set_threshold(*gc_thresholds)

@@ -13,6 +13,7 @@ payloads on the same channels (``nccl_qsgd_*``). A textbook algorithm name (``"r
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 from typing import Callable, Iterable
 
@@ -347,7 +348,8 @@ class Network:
                 pool = stack.enter_context(cf.ProcessPoolExecutor(
                     max_workers=min(workers, len(todo)), mp_context=ctx,
                     initializer=_worker_init,
-                    initargs=(self.G, self.world_size, self.algorithm, self.engine_budget_s)))
+                    initargs=(self.G, self.world_size, self.algorithm, self.engine_budget_s,
+                              gc.get_threshold())))
             if self.interpolate is None:
                 self._simulate_all(list(todo.values()), pool)
                 return len(todo)
@@ -426,10 +428,12 @@ class Network:
 _WORKER: dict = {}
 
 
-def _worker_init(G, world_size: int, algorithm: str, engine_budget_s=None) -> None:
-    from ._malloc import keep_freed_memory
+def _worker_init(G, world_size: int, algorithm: str, engine_budget_s=None,
+                 gc_thresholds=None) -> None:
+    from ._malloc import prepare_worker
 
-    keep_freed_memory()         # a worker simulates one big collective after another
+    # a worker simulates one big collective after another, collecting as its parent does
+    prepare_worker(gc_thresholds or gc.get_threshold())
     _WORKER["net"] = Network(G, world_size, algorithm, engine_budget_s=engine_budget_s)
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import gc
 import math
 import time
 from typing import Callable
 
-from emulator._malloc import keep_freed_memory
+from emulator._malloc import prepare_worker
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import Network
@@ -413,7 +414,8 @@ class _Local:
                 self.manager = ctx.Manager()
                 self.relay = self.manager.Queue()
             self.pool = cf.ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
-                                               initializer=keep_freed_memory)
+                                               initializer=prepare_worker,
+                                               initargs=(gc.get_threshold(),))
         return self.pool
 
     def __enter__(self):

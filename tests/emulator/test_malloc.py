@@ -49,3 +49,16 @@ def test_a_studys_workers_keep_freed_memory():
     with _Local(1, None) as local:
         kept = local.executor().submit(kept_after_free).result(timeout=120)
     assert kept > 50 << 20, kept
+
+
+def test_a_studys_workers_collect_as_their_parent_does():
+    import gc
+
+    before = gc.get_threshold()
+    try:
+        gc.set_threshold(12_345, 17, 99)
+        with _Local(1, None) as local:
+            seen = local.executor().submit(gc.get_threshold).result(timeout=120)
+    finally:
+        gc.set_threshold(*before)
+    assert seen == (12_345, 17, 99)
