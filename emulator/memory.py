@@ -24,14 +24,14 @@ and the two moments):
   gathers units as FSDP does.
 
 Activations: the bytes autograd keeps from forward to backward at the batch, as the trace's
-operators recorded them (:attr:`qsgd.operators.OperatorSet.saved`), whatever the strategy (no
-activation checkpointing). Not counted: the CUDA context, NCCL's buffers, the allocator's
-fragmentation, the transient workspace of kernels and backward's own transient tensors (the
-largest are the loss's: the gradients of float32 logits, 8.4 GB each for Llama 3 8B at 2 x
-8,192 tokens). torchtitan's page prints its Llama 3 8B runs' peak reserved memory 15-17 GiB
-above this model's figures (benchmarks/RESULTS.md, "Selective activation checkpointing"), so
-a step that fits here by less than that, for a model with a large vocabulary, may not fit on
-the GPU.
+operators recorded them (:attr:`qsgd.operators.OperatorSet.saved`), whatever the strategy.
+Transient: what backward's own tensors add above that at their highest, the start of
+backward, where the loss's gradients are made (:attr:`qsgd.operators.OperatorSet.transient`,
+recorded tensor by tensor, :mod:`qsgd.operators.liveness`: two float32 copies of the logits
+for a language model, 8.4 GB each for Llama 3 8B at 2 x 8,192 tokens). So the peak is the
+start of backward, with every activation still held. Not counted: the CUDA context, NCCL's
+buffers, the caching allocator's rounding and fragmentation, and kernels' workspaces; a trace
+recorded before transients were (``(0, 0)``) counts none.
 """
 from __future__ import annotations
 
@@ -51,7 +51,7 @@ DEEPSPEED = ("zero1", "zero2", "zero3")
 
 @dataclass(frozen=True)
 class Memory:
-    """Bytes one GPU holds at its peak (the end of forward), by what holds them."""
+    """Bytes one GPU holds at its peak (the start of backward), by what holds them."""
 
     parameters: float
     gradients: float
@@ -60,10 +60,12 @@ class Memory:
     buffers: float
     strategy: str = "ddp"
     device_bytes: float | None = None
+    transient: float = 0.0
 
     @property
     def total(self) -> float:
-        return self.parameters + self.gradients + self.optimizer + self.activations + self.buffers
+        return (self.parameters + self.gradients + self.optimizer + self.activations
+                + self.transient + self.buffers)
 
     @property
     def fits(self) -> bool | None:
@@ -73,14 +75,16 @@ class Memory:
     def to_dict(self) -> dict:
         return {"strategy": self.strategy, "parameters": self.parameters,
                 "gradients": self.gradients, "optimizer": self.optimizer,
-                "activations": self.activations, "buffers": self.buffers, "total": self.total,
+                "activations": self.activations, "transient": self.transient,
+                "buffers": self.buffers, "total": self.total,
                 "device_bytes": self.device_bytes}
 
     def describe(self) -> str:
         gb = lambda v: f"{v / 1e9:.1f} GB"  # noqa: E731
         return (f"{gb(self.total)} (parameters {gb(self.parameters)}, gradients "
                 f"{gb(self.gradients)}, optimizer {gb(self.optimizer)}, activations "
-                f"{gb(self.activations)}, gathered units and buffers {gb(self.buffers)})")
+                f"{gb(self.activations)}, backward's transients {gb(self.transient)}, "
+                f"gathered units and buffers {gb(self.buffers)})")
 
 
 def memory_per_gpu(trace, strategy: str, world_size: int, *, precision: str, batch_size: int,
@@ -159,7 +163,9 @@ def memory_per_gpu(trace, strategy: str, world_size: int, *, precision: str, bat
         params, grads, optimizer = stored * n / p, stored * n / p, state_b * n / p
         buffers = low * n + reduce_b * block if not st.reshard else gathered
     activations = float(opset.saved[0] + opset.saved[1] * batch_size)
-    return Memory(params, grads, optimizer, activations, buffers, st.name, device_bytes)
+    transient = float(opset.transient[0] + opset.transient[1] * batch_size)
+    return Memory(params, grads, optimizer, activations, buffers, st.name, device_bytes,
+                  transient)
 
 
 def check_fits(trace, strategy: str, world_sizes, *, precision: str, batch_size: int,
@@ -180,5 +186,5 @@ def check_fits(trace, strategy: str, world_sizes, *, precision: str, batch_size:
                 "no world size of the study fits: lower the batch or shard over more GPUs")
         raise ConfigError(f"parallelism={strategy!r}: {trace.model} at batch {batch_size} per GPU "
                           f"needs {out[w].describe()} per GPU on {w} GPUs, more than the "
-                          f"{device.name}'s {device.memory_bytes / 1e9:.0f} GB; {hint}")
+                          f"{device.name}'s {device.memory_label}; {hint}")
     return out

@@ -8,6 +8,8 @@ needs.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from emulator.compute import ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import Network
@@ -61,6 +63,8 @@ def memory_of(config, spec: str, compute: ComputeModel, batch: int,
     if compute.precision is None or compute.device in ("measured", "custom") or ops is None:
         return {}
     dev = device(compute.device)
+    if compute.memory_bytes is not None:        # the part run, where it differs in memory
+        dev = dataclasses.replace(dev, memory_bytes=compute.memory_bytes)
     out = {}
     for w in config.sizes_of(spec):
         shard = None

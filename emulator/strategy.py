@@ -89,9 +89,10 @@ def recommend_strategy(trace, G, *, world_size: int | None = None, compute: Comp
 
     Examples
     --------
-    Llama 2 7B at 2 sequences of 4096 tokens per GPU on 16 H100: the strategies that keep
-    whole parameters between steps or for all of backward do not fit in 80 GB; those that
-    gather a block at a time do:
+    Llama 2 7B at 2 sequences of 4096 tokens per GPU on 16 H100: DDP, ZeRO-1 and
+    SHARD_GRAD_OP (whole parameters between steps, or for all of backward) do not fit in
+    80 GiB; ZeRO-2 (16-bit parameters, gradients sharded) and those that gather a block at a
+    time do:
 
     >>> import emulator, qsgd, topologies
     >>> trace = qsgd.measure("llama2-7b", qsgd.QSGDConfig.from_bits(4), device="meta")
@@ -99,7 +100,7 @@ def recommend_strategy(trace, G, *, world_size: int | None = None, compute: Comp
     >>> m = emulator.ComputeModel.for_topology(G, trace, batch_size=2)
     >>> choice = emulator.recommend_strategy(trace, G, compute=m, bits=())
     >>> [o.strategy for o in choice.options if not o.fits]
-    ['ddp', 'zero1', 'zero2', 'fsdp_grad_op']
+    ['ddp', 'zero1', 'fsdp_grad_op']
     >>> choice.best.strategy in ("zero3", "fsdp", "hsdp")
     True
     """
@@ -169,7 +170,7 @@ def recommend_strategy(trace, G, *, world_size: int | None = None, compute: Comp
         need = "" if least is None else (f"; the least, {least.strategy}, needs "
                                          f"{least.memory_per_gpu / 1e9:.1f} GB")
         raise ConfigError(f"no strategy of {list(names)} fits {trace.model} at batch {batch} per GPU "
-                          f"on {p} {dev.name} ({dev.memory_bytes / 1e9:.0f} GB){need}")
+                          f"on {p} {dev.name} ({dev.memory_label}){need}")
     best = min(run, key=lambda o: (o.iteration_s, names.index(o.strategy)))
     return StrategyChoice(best, tuple(options), p, dev.name, dev.memory_bytes, tuple(notes))
 

@@ -351,8 +351,9 @@ LEGEND = (
     "MB/GPU: bytes each GPU sends per iteration (1 MB = 1e6 bytes); exposed ms: what "
     "communication adds to the step (not hidden behind compute, or compute slowed beside it: "
     "NCCL's kernels hold SMs); codec ms: QSGD encode + decode (partly hidden); GB/GPU (sharded "
-    "studies): memory one GPU needs, model states and activations saved for backward "
-    "(1 GB = 1e9 bytes; backward's transients and the allocator's reserve not counted).")
+    "studies): memory one GPU needs at the start of backward, model states, activations "
+    "saved for backward and backward's transients (1 GB = 1e9 bytes; the allocator's "
+    "reserve and kernels' workspaces not counted).")
 
 
 def summary_table(study: Study) -> str:

@@ -37,7 +37,9 @@ class Device:
     mem_bandwidth : float
         Peak memory bandwidth, bytes/s.
     memory_bytes : float
-        Memory, bytes.
+        Memory, bytes: the datasheet's "GB", which for GPU memory are binary (DRAM comes in
+        powers of two: an "A100 40GB" is five 8 GiB HBM2 stacks, and ``nvidia-smi`` gives its
+        total as 40,960 MiB, an "A100 80GB" 81,920 MiB), so 2**30 bytes each.
     hbm : bool
         HBM (True) or GDDR (False) memory (their streaming kernels reach different shares).
     consumer_fp32 : bool
@@ -79,10 +81,23 @@ class Device:
     def peak_flops_bf16(self) -> float | None:
         return self.peak.get("bf16")
 
+    @property
+    def memory_label(self) -> str:
+        """The memory as the datasheet names it and in decimal GB, for messages.
+
+        >>> DEVICES["H100-SXM"].memory_label
+        '80 GiB (85.9 GB)'
+        """
+        return f"{self.memory_bytes / 2 ** 30:.0f} GiB ({self.memory_bytes / 1e9:.1f} GB)"
+
+
+#: Bytes in a datasheet's gigabyte of GPU memory (:attr:`Device.memory_bytes`).
+GIB = 2 ** 30
+
 
 def _d(name, arch, sms, fp32, tf32, fp16, bf16, fp8, bw, mem_gb, hbm, source, consumer=False):
     peak = {m: v * T for m, v in zip(MODES, (fp32, tf32, fp16, bf16, fp8)) if v is not None}
-    return Device(name, arch, sms, peak, bw, mem_gb * 1e9, hbm, source, consumer)
+    return Device(name, arch, sms, peak, bw, mem_gb * GIB, hbm, source, consumer)
 
 
 #: Target GPUs (docs/gpus.md, tables 1a and 1b; dense TFLOP/s, bytes/s).

@@ -121,6 +121,9 @@ class ComputeModel:
         measured, or ``"fused"``, the GPU-codec issue's single-pass target).
     source : str
         What was assumed, for the study's rows.
+    memory_bytes : float or None
+        The GPU's memory (bytes) where the part run differs from the catalogue's ``device``
+        in it alone (a published run's stated part); None: the catalogue's.
 
     Examples
     --------
@@ -150,6 +153,7 @@ class ComputeModel:
     codec_device: str | None = None
     source: str = "measured seconds"
     codec_kind: str = "today"
+    memory_bytes: float | None = None
 
     def __post_init__(self):
         for name in ("compute_scale", "codec_scale"):
@@ -167,6 +171,11 @@ class ComputeModel:
             raise ConfigError(f"ComputeModel.grad_bytes must be 2 or 4, got {self.grad_bytes!r}")
         if self.codec_device is not None:
             device_named(self.codec_device)
+        if self.memory_bytes is not None and (not is_number(self.memory_bytes)
+                                              or not math.isfinite(self.memory_bytes)
+                                              or self.memory_bytes <= 0):
+            raise ConfigError(f"ComputeModel.memory_bytes must be a number of bytes > 0, got "
+                              f"{self.memory_bytes!r}")
         if self.codec_kind not in CODECS:
             raise ConfigError(f"ComputeModel.codec_kind must be one of {list(CODECS)}, got "
                               f"{self.codec_kind!r}")
@@ -312,7 +321,7 @@ class ComputeModel:
                 "compute_scale": self.compute_scale, "codec_scale": self.codec_scale,
                 "forward_s": self.forward_s, "backward_s": self.backward_s,
                 "optimizer_s": self.optimizer_s, "codec_device": self.codec_device,
-                "codec": self.codec_kind}
+                "codec": self.codec_kind, "memory_bytes": self.memory_bytes}
 
     # ---------------------------------------------------------------- constructors
     @classmethod

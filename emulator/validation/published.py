@@ -30,6 +30,7 @@ import re
 from dataclasses import dataclass, field
 
 from emulator.compute import ALIASES, DEVICES, PRECISIONS
+from emulator.compute.devices import GIB
 from emulator.errors import TraceError
 from emulator._checks import is_int, is_number
 
@@ -85,6 +86,9 @@ class PublishedRun:
     reference_run: str | None = None
     doubtful: str | None = None
     activation_checkpointing: str = "none"
+    #: the GPUs' memory as their maker states it (bytes, GB x 2**30 as the catalogue counts),
+    #: where the part run differs from the catalogue's ``device`` in it (``device_memory_gb``)
+    device_memory_bytes: float | None = None
 
     @property
     def zoo(self) -> tuple[str, dict]:
@@ -104,7 +108,9 @@ def _mpt(args: dict, where: str) -> tuple[str, dict]:
     ``expansion_ratio`` 4); ALiBi has no position table and MPT no biases: the decoder has
     both (a few million parameters more than the 7B's 6.66 billion). No dropout: llm-foundry's
     MPT pretraining yamls set ``attn_pdrop``, ``resid_pdrop`` and ``emb_pdrop`` to 0, so no
-    dropout masks are saved for the backward pass (the zoo's default keeps GPT-2's 0.1)."""
+    dropout masks are saved for the backward pass (the zoo's default keeps GPT-2's 0.1). Its
+    loss is flash-attn's fused cross-entropy (``loss_fn: fused_crossentropy``, the default of
+    llm-foundry's ``ComposerMPTCausalLM``): ``fused_loss``."""
     need = ("d_model", "n_layers", "n_heads", "seq_len", "vocab")
     missing = [k for k in need if not is_int(args.get(k))]
     if missing:
@@ -115,7 +121,8 @@ def _mpt(args: dict, where: str) -> tuple[str, dict]:
                          f"only MPT's 4 maps onto the zoo's decoder")
     return "gpt2", {"n_layer": args["n_layers"], "n_embd": args["d_model"],
                     "n_head": args["n_heads"], "vocab_size": args["vocab"],
-                    "seq_len": args["seq_len"], "n_positions": args["seq_len"], "dropout": 0.0}
+                    "seq_len": args["seq_len"], "n_positions": args["seq_len"], "dropout": 0.0,
+                    "fused_loss": True}
 
 
 #: Model names of the registry that are not zoo names, and how they map onto the zoo.
@@ -394,6 +401,10 @@ def load_run(path: str | os.PathLike) -> PublishedRun:
     device = _text(doc, "device", where)
     if device not in DEVICES and device not in ALIASES:
         raise TraceError(f"{where}: field device {device!r} is not one of {sorted(DEVICES)}")
+    memory_gb = doc.get("device_memory_gb")
+    if memory_gb is not None and (not is_number(memory_gb) or not memory_gb > 0):
+        raise TraceError(f"{where}: field device_memory_gb must be a number > 0 (GB a GPU), "
+                         f"got {memory_gb!r}")
     per_node = _need(doc, "gpus_per_node", where)
     if per_node is not None and (not is_int(per_node) or per_node < 1):
         raise TraceError(f"{where}: field gpus_per_node must be an int >= 1 or null, got {per_node!r}")
@@ -437,7 +448,8 @@ def load_run(path: str | os.PathLike) -> PublishedRun:
         collective_library=_text(doc, "collective_library", where), parallelism=parallelism,
         methods=dict(methods), points=pts, reference_run=ref,
         doubtful=doc.get("doubtful") if isinstance(doc.get("doubtful"), str) else None,
-        activation_checkpointing=ckpt)
+        activation_checkpointing=ckpt,
+        device_memory_bytes=None if memory_gb is None else float(memory_gb) * GIB)
     for name in methods:                 # an unknown compressor fails here, not mid-run
         method_transport(run, name)
     for i, p in enumerate(pts):

@@ -72,10 +72,13 @@ class _Cache:
         from emulator.compute import ComputeModel
 
         key = (run.zoo[0], tuple(sorted(run.zoo[1].items())), run.activation_checkpointing,
-               run.device, run.batch_size, run.precision)
+               run.device, run.batch_size, run.precision, run.device_memory_bytes)
         if key not in self.computes:
-            self.computes[key] = ComputeModel.for_device(
+            model = ComputeModel.for_device(
                 run.device, self.trace(run), batch_size=run.batch_size, precision=run.precision)
+            if run.device_memory_bytes is not None:
+                model = dataclasses.replace(model, memory_bytes=run.device_memory_bytes)
+            self.computes[key] = model
         return self.computes[key]
 
     def network(self, spec: str, world_size: int):

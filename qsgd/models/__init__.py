@@ -23,6 +23,7 @@ from qsgd.models.bn_inception import BNInception
 from qsgd.models.flops import forward_flops
 from qsgd.models.gpt2 import GPT2
 from qsgd.models.llama import PRESETS as LLAMA_PRESETS, Llama
+from qsgd.models.losses import fused_cross_entropy
 from qsgd.models.lstm import AN4LSTM
 from qsgd.models.mlp import MLP
 from qsgd.models.recipes import TRAINING_BATCH, TRAINING_OPTIMIZER
@@ -54,7 +55,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "llama": Llama,
 }
 
-__all__ = ["MODELS", "build_model", "model_name", "SyntheticWorkload", "TokenWorkload", "count_parameters",
+__all__ = ["MODELS", "build_model", "model_name", "fused_cross_entropy", "SyntheticWorkload", "TokenWorkload", "count_parameters",
            "forward_flops", "AlexNet", "VGG", "ResNet", "CifarResNet", "BNInception", "AN4LSTM", "MLP",
            "GPT2", "Bert", "ViT", "Llama", "TRAINING_BATCH", "TRAINING_OPTIMIZER"]
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from qsgd.errors import ConfigError
 from qsgd.models.base import TokenWorkload, check_dropout, check_int
+from qsgd.models.losses import fused_cross_entropy
 from qsgd.models.transformer import Block
 
 #: name -> (layers, width, heads, published parameters). The model card of openai/gpt-2 names the
@@ -54,6 +55,10 @@ class GPT2(TokenWorkload, nn.Module):
         Vocabulary and learned positions.
     dropout : float
         Dropout on embeddings, attention weights and residual branches while training.
+    fused_loss : bool
+        Train with the fused cross-entropy kernels (:func:`qsgd.models.losses.
+        fused_cross_entropy`, llm-foundry's MPT) instead of torch's cross-entropy of float32
+        logits (nanoGPT's).
 
     Examples
     --------
@@ -67,7 +72,8 @@ class GPT2(TokenWorkload, nn.Module):
 
     def __init__(self, variant: str = "gpt2", *, seq_len: int = N_POSITIONS, n_layer: int | None = None,
                  n_embd: int | None = None, n_head: int | None = None, vocab_size: int = VOCAB_SIZE,
-                 n_positions: int = N_POSITIONS, dropout: float = 0.1) -> None:
+                 n_positions: int = N_POSITIONS, dropout: float = 0.1,
+                 fused_loss: bool = False) -> None:
         super().__init__()
         if variant not in VARIANTS:
             raise ConfigError(f"variant must be one of {sorted(VARIANTS)}, got {variant!r}")
@@ -85,6 +91,9 @@ class GPT2(TokenWorkload, nn.Module):
         self.config = variant if shape == (layers, width, heads, VOCAB_SIZE, N_POSITIONS) else None
         self.published_parameters = published if self.config else 0
         self.seq_len, self.vocab_size = seq_len, vocab_size
+        if not isinstance(fused_loss, bool):
+            raise ConfigError(f"fused_loss must be True or False, got {fused_loss!r}")
+        self.fused_loss = fused_loss
 
         self.tok_embed = nn.Embedding(vocab_size, n_embd)
         self.pos_embed = nn.Embedding(n_positions, n_embd)
@@ -106,6 +115,13 @@ class GPT2(TokenWorkload, nn.Module):
                 nn.init.normal_(m.weight, mean=0.0, std=std)
                 if isinstance(m, nn.Linear) and m.bias is not None:
                     nn.init.zeros_(m.bias)
+
+    def loss(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        """Cross-entropy of the logits against the next tokens (``fused_loss``: the fused
+        kernels', on the logits in their own precision)."""
+        if self.fused_loss:
+            return fused_cross_entropy(output.reshape(-1, output.shape[-1]), target.reshape(-1))
+        return super().loss(output, target)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
         """Logits ``(batch, length, vocab_size)`` of the next token at every position."""

@@ -1,4 +1,5 @@
-"""Torch-function level of the recorder: autocast's casts, and attention as one fused kernel.
+"""Torch-function level of the recorder: autocast's casts, attention and the fused loss as
+fused kernels.
 
 Meta tensors take neither ``torch.autocast`` (it acts on CUDA and CPU tensors only) nor the
 fused attention kernels (a meta ``scaled_dot_product_attention`` runs its math decomposition:
@@ -18,6 +19,9 @@ sees each call above autograd, so it can do both as the GPU would:
   (scores by a batched product, scaled, masked, softmax, dropout, a product with the values),
   each step through autocast's lists as such code goes (the meta device's own math path
   would compute half inputs in float32, as the CPU does).
+* **the fused cross-entropy** (:func:`qsgd.models.losses.fused_cross_entropy`) becomes one
+  operator forward and one backward (kind ``"softmax"``: a pass over the logits), keeping what
+  flash-attn's kernels keep for backward: the logits, the labels, one float32 log-sum-exp a row.
 """
 from __future__ import annotations
 
@@ -73,6 +77,36 @@ class _Attention(torch.autograd.Function):
         q, k, v, _ = ctx.saved_tensors
         ctx.recorder.attention(q, k, v, grad, ctx.causal, backward=True)
         return None, None, q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+class _FusedCrossEntropy(torch.autograd.Function):
+    """The fused cross-entropy's kernels on meta tensors: per-row float32 losses forward (their
+    mean is taken after, as flash-attn's ``CrossEntropyLoss`` does), the logits' gradient in
+    their own dtype backward."""
+
+    @staticmethod
+    def forward(ctx, recorder, logits, target):
+        ctx.recorder = recorder
+        rows = logits.shape[0]
+        ctx.save_for_backward(logits, target)
+        recorder.saved_extra(rows * 4)                      # the log-sum-exp
+        recorder.fused_loss(logits, backward=False)
+        return logits.new_empty(rows, dtype=torch.float32)
+
+    @staticmethod
+    def backward(ctx, grad):
+        logits, _ = ctx.saved_tensors
+        ctx.recorder.fused_loss(logits, backward=True)
+        return None, logits.new_empty(logits.shape), None
+
+
+def fused_loss_record(logits, backward: bool) -> dict:
+    """Bytes of one fused cross-entropy kernel over ``(N, V)`` logits: forward reads them and
+    writes a float32 loss and log-sum-exp a row; backward reads them, the log-sum-exp and the
+    rows' gradient, and writes the logits' gradient (flash-attn's ``cross_entropy_fwd_kernel``
+    and ``cross_entropy_bwd_kernel``)."""
+    size, rows = logits.numel() * logits.element_size(), int(logits.shape[0])
+    return {"bytes": 2 * size + 8 * rows if backward else size + 8 * rows}
 
 
 def attention_record(q, k, v, out_or_grad, causal: bool, backward: bool) -> dict:
@@ -142,6 +176,8 @@ class Functions(TorchFunctionMode):
             args, kwargs = self._autocast(name, args, kwargs)
         if name == "scaled_dot_product_attention":
             return self._sdpa(*args, **kwargs) if self.fused else self._by_hand(*args, **kwargs)
+        if name == "fused_cross_entropy":
+            return _FusedCrossEntropy.apply(self.recorder, *args, **kwargs).mean()
         return func(*args, **kwargs)
 
     def _call(self, name: str, fn, *args, **kwargs):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -27,7 +28,8 @@ from torch.utils.flop_counter import flop_registry
 
 from qsgd.errors import ModelError
 from .checkpoint import Checkpointing, check_checkpointing
-from .functions import Functions, attention_record
+from .functions import Functions, attention_record, fused_loss_record
+from .liveness import LiveBytes, rising
 from .optimizers import OPTIMIZERS
 from .kinds import CONV_ACTIVATIONS, GEMMS, NO_KERNEL, REREAD, conv_geometry, kind_of
 from .records import DEFAULT_FAMILIES, FAMILIES, Operator, Operators, OperatorSet, affine_fit
@@ -114,8 +116,10 @@ class _Recorder(TorchDispatchMode):
         self.calls: list | None = None
         self.first_use: dict[str, list] = {}   # name -> [forward index, backward index]
         self.derived: dict[int, torch.Tensor] = {}  # autocast's casts of parameters, by id
-        #: id of the base of each tensor kept for backward -> (it, held so that its id stays
-        #: its own; the block that saved it, None: kept outside any block)
+        #: id of the base of each tensor kept for backward -> (a weak reference to it, which
+        #: tells a live entry from a dead tensor's id used again; the block that saved it,
+        #: None: kept outside any block). Weak, as ``derived``: holding them here would keep
+        #: them past the moment backward frees them (:class:`.LiveBytes` watches that).
         self._saved: dict[int, tuple] = {}
         self.saved_bytes = 0
         #: under activation checkpointing (:mod:`.checkpoint`): the block running (None:
@@ -127,6 +131,10 @@ class _Recorder(TorchDispatchMode):
         #: called with (record index, output tensors, extra bytes) for each record a block
         #: issues in forward (selective checkpointing decides there what it keeps)
         self.on_output = None
+        #: the storages made in forward and backward (:mod:`.liveness`; None: not watched),
+        #: and what they rose to in backward above the end of forward (bytes)
+        self.live: LiveBytes | None = None
+        self.transient = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -141,6 +149,8 @@ class _Recorder(TorchDispatchMode):
             # cuDNN returns channels-last results for channels-last inputs; meta kernels do not
             out = tree_map(lambda t: t.contiguous(memory_format=torch.channels_last)
                            if isinstance(t, torch.Tensor) and t.dim() == 4 else t, out)
+        if self.live is not None and self.phase in ("forward", "backward"):
+            self.live.made([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
         if func.namespace != "aten" or func.is_view or name in NO_KERNEL:
             return out
         ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
@@ -205,7 +215,16 @@ class _Recorder(TorchDispatchMode):
     def cast_of_parameter(self, t: torch.Tensor) -> None:
         """Note ``t`` as a parameter's autocast copy: not an activation (a sharded step
         gathers the parameters in the lower precision and casts nothing)."""
-        self.derived[id(t)] = t
+        self.derived[id(t)] = weakref.ref(t)
+
+    def _is(self, table: dict, key: int, t: torch.Tensor):
+        """``table[key]`` when it is an entry of ``t`` itself (not of a dead tensor whose id
+        ``t`` has now), else None."""
+        entry = table.get(key)
+        if entry is None:
+            return None
+        ref = entry if table is self.derived else entry[0]
+        return entry if ref() is t else None
 
     def save(self, t: torch.Tensor) -> torch.Tensor:
         """The pack hook of :func:`torch.autograd.graph.saved_tensors_hooks`: count the bytes
@@ -217,8 +236,9 @@ class _Recorder(TorchDispatchMode):
             self.block_last[self.block] = len(self.rows)
         base = t._base if t._base is not None else t
         key = id(base)
-        if key not in self.params and key not in self.derived and key not in self._saved:
-            self._saved[key] = (base, self.block)
+        if (key not in self.params and self._is(self.derived, key, base) is None
+                and self._is(self._saved, key, base) is None):
+            self._saved[key] = (weakref.ref(base), self.block)
             self._count(_nbytes(base))
         return t
 
@@ -227,9 +247,11 @@ class _Recorder(TorchDispatchMode):
         block's backward) in ``saved_bytes``, unless it is counted there already."""
         base = t._base if t._base is not None else t
         key = id(base)
-        if key in self.params or key in self.derived or self._saved.get(key, (t, -1))[1] is None:
+        have = self._is(self._saved, key, base)
+        if (key in self.params or self._is(self.derived, key, base) is not None
+                or (have is not None and have[1] is None)):
             return
-        self._saved[key] = (base, None)
+        self._saved[key] = (weakref.ref(base), None)
         self.saved_bytes += _nbytes(base)
 
     def hold(self, t: torch.Tensor, extra: int = 0) -> None:
@@ -242,15 +264,16 @@ class _Recorder(TorchDispatchMode):
         counted twice, at the peak of the step."""
         base = t._base if t._base is not None else t
         key = id(base)
-        have = self._saved.get(key)
-        if key in self.params or key in self.derived or (have is not None and have[1] is None):
+        have = self._is(self._saved, key, base)
+        if (key in self.params or self._is(self.derived, key, base) is not None
+                or (have is not None and have[1] is None)):
             return
         n = _nbytes(base)
         if have is not None:
             self.block_saved[have[1]] -= n
         if extra and self.block is not None:
             self.block_saved[self.block] -= extra
-        self._saved[key] = (base, None)
+        self._saved[key] = (weakref.ref(base), None)
         self.saved_bytes += n + extra
 
     def saved_extra(self, nbytes: int) -> None:
@@ -278,6 +301,14 @@ class _Recorder(TorchDispatchMode):
         if self.on_output is not None and self.block is not None and not backward:
             # FlashAttention's log-sum-exp (one float32 per query row) is kept with the output
             self.on_output(len(self.rows) - 1, [out], out.numel() // out.shape[-1] * 4)
+
+    def fused_loss(self, logits, backward: bool) -> None:
+        """A record of the fused cross-entropy's kernel (:func:`.functions.fused_loss_record`)."""
+        self.rows.append({"op": "fused_cross_entropy_backward" if backward else
+                          "fused_cross_entropy", "kind": "softmax", "phase": self.phase,
+                          "dtype": _dtype([logits]), "flops": 0,
+                          "bytes": fused_loss_record(logits, backward)["bytes"], "gemms": [],
+                          "tensors": 1, "causal": False, "reread": 0, "nchw": 0})
 
 
 def _inputs(model, batch: int, dtype: torch.dtype, input_shape, channels_last: bool = False,
@@ -338,9 +369,18 @@ def _step(model, optimizer, family: str, batch: int, input_shape, recorder: _Rec
                 loss = (out.float() if isinstance(out, torch.Tensor) else out[0].float()).square().mean()
         if device == "meta":
             functions.clear_cache()
+    # The model's output is freed before backward, as torchtitan frees it ("need to free to
+    # before bwd to avoid peaking memory", train.py) and a loss computed in a function frees
+    # it: a language model's logits are gigabytes. What backward needs of it is saved.
+    del out
+    if recorder.live is not None:
+        recorder.live.end_of_forward()
     with recorder:
         recorder.phase = "backward"
         loss.backward()
+    if recorder.live is not None:
+        recorder.transient = recorder.live.excess(
+            [p.grad for p in model.parameters() if p.grad is not None])
     with torch.no_grad():
         optimizer.step()          # the first step creates the optimizer's state: not recorded
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -463,15 +503,18 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
             Checkpointing(m, recorder, full=checkpointing == "blocks_full",
                           selective=checkpointing == "selective")
         opt = _optimizer(family, optimizer, [p for _, p in params])
-        rows, readies, uses, saved = [], [], [], []
+        rows, readies, uses, saved, transient = [], [], [], [], []
         try:
             for b in BATCHES:
+                recorder.live = LiveBytes()
                 _step(m, opt, family, b, input_shape, recorder, ready, channels_last,
                       fused_attention)
                 rows.append(list(recorder.rows))
                 readies.append(dict(ready))
                 uses.append({k: tuple(v) for k, v in recorder.first_use.items()})
                 saved.append(recorder.saved_bytes + (ckpt.kept_bytes() if ckpt else 0))
+                transient.append(recorder.transient)
+                recorder.live = None
                 recorder._saved.clear()
                 recorder.derived.clear()
         finally:
@@ -487,7 +530,7 @@ def record_operators(model: torch.nn.Module, *, input_shape: tuple[int, ...] | N
         except ValueError as exc:
             raise ModelError(str(exc)) from None
         out[family] = OperatorSet(family, _fit(rows[0], rows[1], family), readies[0], optimizer,
-                                  uses[0], kept)
+                                  uses[0], kept, rising(*transient, *BATCHES))
         sizes = {n: p.numel() for n, p in params}
     tb = getattr(model, "training_batch_size", None)
     extra = {"memory_format": "channels_last"} if channels_last else {}

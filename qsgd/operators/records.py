@@ -235,6 +235,10 @@ class OperatorSet:
         copies of them left out, a fused attention's log-sum-exp in. What the step's
         activations hold at the end of forward (``emulator.memory``); ``(0, 0)`` in
         records older than it.
+    transient : tuple of int
+        Bytes backward's own tensors rise to above the end of forward at their highest (the
+        loss's gradients first), the parameters' gradients left out (:mod:`.liveness`), an
+        affine pair in the batch; ``(0, 0)`` in records older than it.
     """
 
     family: str
@@ -243,6 +247,7 @@ class OperatorSet:
     optimizer: str
     first_use: Mapping[str, tuple] = field(default_factory=dict)
     saved: tuple[int, int] = (0, 0)
+    transient: tuple[int, int] = (0, 0)
 
     def __post_init__(self):
         if self.family not in FAMILIES:
@@ -275,6 +280,8 @@ class OperatorSet:
              "ops": [o.to_dict() for o in self.ops]}
         if any(self.saved):
             d["saved"] = list(self.saved)
+        if any(self.transient):
+            d["transient"] = list(self.transient)
         return d
 
     @classmethod
@@ -303,7 +310,8 @@ class OperatorSet:
             raise TraceError(f"{path}.first_use must be an object, got {uses!r}")
         return cls(family, parsed, dict(ready), d["optimizer"],
                    {k: tuple(v) if isinstance(v, list) else v for k, v in uses.items()},
-                   _affine(d.get("saved", [0, 0]), f"{path}.saved"))
+                   _affine(d.get("saved", [0, 0]), f"{path}.saved"),
+                   _affine(d.get("transient", [0, 0]), f"{path}.transient"))
 
 
 @dataclass(frozen=True)

@@ -132,18 +132,18 @@ def test_whatif_job_checkpoints_activations_when_asked(tmp_path):
     import qsgd
 
     form = dict(FORM, topology="dgx_h100", model="gpt2", bits=[32], transports=[], sizes="8",
-                batch="192", precision="amp-bf16", parallelism="fsdp")
+                batch="96", precision="amp-bf16", parallelism="fsdp")
     # GPT-2's layout and operators recorded once on the meta device, given as an uploaded
     # trace would be (each job would otherwise record them again: 8 s each)
     trace = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta").to_dict()
     params = dict(whatif.params_from_form(**form), cache_dir=str(tmp_path), trace=trace)
-    with pytest.raises(DashboardError, match="gpt2 at batch 192 per GPU needs"):
+    with pytest.raises(DashboardError, match="gpt2 at batch 96 per GPU needs"):
         jobs.whatif_job(params)
     out = jobs.whatif_job(dict(params, checkpointing="blocks"))
     (row,) = out["rows"]
     assert row["memory_per_gpu"] < 80e9
     assert out["conclusions"][0].startswith("compute assumed on cluster:dgx_h100x{N}: H100-SXM "
-                                            "amp-bf16 at batch 192 per GPU")
+                                            "amp-bf16 at batch 96 per GPU")
     assert f"activation checkpointing: {qsgd.CHECKPOINTING['blocks']}" in out["conclusions"][0]
     # refused in one line: the measured seconds cannot be re-recorded
     with pytest.raises(DashboardError, match="whatif-checkpointing: 'blocks' re-records the "

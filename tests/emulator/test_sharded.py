@@ -243,7 +243,7 @@ def test_a_model_that_does_not_fit_even_fully_sharded_is_refused(trace):
     with pytest.raises(emulator.ConfigError) as exc:
         check_fits(trace, "fsdp", [8, 64], precision="amp-bf16", batch_size=512, device=dev)
     msg = str(exc.value)
-    assert "parallelism='fsdp': gpt2 at batch 512 per GPU needs" in msg and "H100-SXM's 80 GB" in msg
+    assert "parallelism='fsdp': gpt2 at batch 512 per GPU needs" in msg and "H100-SXM's 80 GiB (85.9 GB)" in msg
     assert "no world size of the study fits" in msg and "\n" not in msg
 
 
@@ -295,7 +295,7 @@ def test_a_study_refuses_what_its_world_sizes_cannot_form_or_hold(trace):
                 batch_size=8)
     with pytest.raises(emulator.ConfigError, match="a shard group of 8 GPUs does not divide world_size=12"):
         emulator.run_study(emulator.StudyConfig(world_sizes=(12,), parallelism="hsdp", **base))
-    with pytest.raises(emulator.ConfigError, match="more than the H100-SXM's 80 GB"):
+    with pytest.raises(emulator.ConfigError, match="more than the H100-SXM's 80 GiB"):
         emulator.run_study(emulator.StudyConfig(world_sizes=(8,), parallelism="fsdp",
                                                 **dict(base, batch_size=1024)))
 

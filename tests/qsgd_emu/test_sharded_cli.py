@@ -51,9 +51,9 @@ def test_activation_checkpointing_is_asked_for_and_said(trace_path, tmp_path):
     # a batch whose activations do not fit an H100 fits with every block checkpointed, at the
     # price of a second forward of each block in backward
     args = ["study", "--trace", trace_path, *BASE, "--world-sizes", "8", "--bits", "32",
-            "--parallelism", "fsdp", "--batch-size", "192", "--precision", "amp-bf16"]
+            "--parallelism", "fsdp", "--batch-size", "96", "--precision", "amp-bf16"]
     code, _, err = run_cli([*args, "--out", str(tmp_path / "a")])
-    assert code == 2 and "gpt2 at batch 192 per GPU needs" in err
+    assert code == 2 and "gpt2 at batch 96 per GPU needs" in err
     code, text, err = run_cli([*args, "--activation-checkpointing", "blocks",
                                "--out", str(tmp_path / "b")])
     assert code == 0, err
