@@ -54,7 +54,8 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
     have = trace.operators
     if families is None:
         families = DEFAULT_FAMILIES if have is None else ()
-    optimizer = None if have is None else next(iter(have.families.values())).optimizer
+    first = None if have is None else next(iter(have.families.values()), None)
+    optimizer = None if first is None else first.optimizer
     now = "none" if have is None else have.extra.get("checkpointing", "none")
     if checkpointing is not None and check_checkpointing(checkpointing) != now and have is not None:
         # again the other way: the families asked for, else all it has

@@ -58,11 +58,13 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
                              "GPU-codec issue's target): what QSGD would buy once it exists")
 
 
-def ensure_operators(trace, precision: str | None = None, checkpointing: str | None = None):
+def ensure_operators(trace, precision: str | None = None, checkpointing: str | None = None,
+                     memory: bool = False):
     """``trace`` with operator records (recorded from its model when an older trace lacks
     them, or lacks the operator family of ``precision``, or was recorded with other activation
-    ``checkpointing`` than asked for): one :func:`qsgd.add_operators`, which owns what to
-    record, and a note on stderr saying why."""
+    ``checkpointing`` than asked for, or, where ``memory`` is reported, before backward's
+    transients were recorded): one :func:`qsgd.add_operators`, which owns what to record, and
+    a note on stderr saying why."""
     import emulator
     import qsgd
 
@@ -76,6 +78,10 @@ def ensure_operators(trace, precision: str | None = None, checkpointing: str | N
     elif family is not None and family not in ops.families:
         why = f"the trace of {trace.model} has no {family!r} operator records ({precision}); " \
               f"recording them"
+    elif memory and any(any(o.saved) and not any(o.transient) for o in ops.families.values()):
+        print(f"note: the trace of {trace.model} was recorded before backward's transient "
+              f"memory was; recording it from the model (meta device)", file=sys.stderr)
+        return _with_transients(trace)
     else:
         return trace
     print(f"note: {why} from the model (meta device)", file=sys.stderr)
@@ -84,12 +90,27 @@ def ensure_operators(trace, precision: str | None = None, checkpointing: str | N
                               checkpointing=checkpointing)
 
 
+def _with_transients(trace):
+    """``trace`` with each family's ``transient`` recorded again from its model, the rest of
+    its records (and a measured step's seconds) as they are."""
+    import dataclasses
+
+    import qsgd
+
+    ops = trace.operators
+    bare = dataclasses.replace(trace, operators=dataclasses.replace(ops, families={}))
+    fresh = qsgd.add_operators(bare, families=tuple(ops.families)).operators.families
+    return dataclasses.replace(trace, operators=dataclasses.replace(ops, families={
+        f: dataclasses.replace(o, transient=fresh[f].transient) for f, o in ops.families.items()}))
+
+
 def operators_for(trace, args):
     """``trace`` as a study or a recommendation of ``args`` times it: unchanged for
     ``--device measured`` (the trace's own seconds, which ``--activation-checkpointing``
     cannot re-record: refused), else :func:`ensure_operators`."""
     if args.device != "measured":
-        return ensure_operators(trace, args.precision, args.activation_checkpointing)
+        return ensure_operators(trace, args.precision, args.activation_checkpointing,
+                                memory=getattr(args, "parallelism", "ddp") != "ddp")
     if args.activation_checkpointing is not None:
         raise ValueError(f"--activation-checkpointing {args.activation_checkpointing} re-records "
                          f"the step for the compute model; --device measured replays the "

@@ -93,3 +93,23 @@ def test_a_trace_without_the_precisions_operators_gets_them_recorded(tmp_path):
     assert runs["fp16"]["precision"] == "fp16"
     # a float16 model all-reduces float16 gradients: half the bytes of autocast's float32 ones
     assert runs["fp16"]["bytes_per_gpu"] == pytest.approx(runs["amp-fp16"]["bytes_per_gpu"] / 2)
+
+
+def test_a_trace_from_before_the_transients_is_recorded_again_where_memory_is_reported(
+        trace_path, tmp_path):
+    doc = json.loads(open(trace_path).read())
+    for fam in doc["operators"]["families"].values():
+        assert fam.pop("transient")[1] > 0
+    older = tmp_path / "older.json"
+    older.write_text(json.dumps(doc))
+    args = ["study", "--trace", str(older), *BASE, "--world-sizes", "8", "--bits", "32"]
+    code, _, err = run_cli([*args, "--parallelism", "fsdp", "--out", str(tmp_path / "a")])
+    assert code == 0 and "recorded before backward's transient memory was" in err, err
+    mem = json.loads((tmp_path / "a" / "study.json").read_text())["rows"][0]["memory_per_gpu"]
+    code, _, err = run_cli([*args, "--parallelism", "fsdp", "--out", str(tmp_path / "b"),
+                            "--trace", trace_path])
+    assert json.loads((tmp_path / "b" / "study.json").read_text())["rows"][0][
+        "memory_per_gpu"] == mem
+    # a DDP study reports no memory: the trace is used as it is
+    code, _, err = run_cli([*args, "--out", str(tmp_path / "c")])
+    assert code == 0 and "transient" not in err, err
