@@ -182,14 +182,21 @@ class _Recorder(TorchDispatchMode):
     def keep(self, t: torch.Tensor) -> None:
         """Count ``t`` (a checkpointed block's input, which its checkpoint holds until the
         block's backward) in ``saved_bytes``, unless it is counted there already."""
+        got = self._not_kept(t)
+        if got is not None:
+            self._saved[id(got[0])] = (weakref.ref(got[0]), None)
+            self.saved_bytes += _nbytes(got[0])
+
+    def _not_kept(self, t: torch.Tensor):
+        """``(base of t, its entry of _saved or None)`` while ``t`` is not yet kept for the
+        whole step; None once it is, or when it is a parameter, a view or a cast of one."""
         base = t._base if t._base is not None else t
         key = id(base)
         have = self._is(self._saved, key, base)
         if (key in self.params or self._is(self.derived, key, base) is not None
                 or (have is not None and have[1] is None)):
-            return
-        self._saved[key] = (weakref.ref(base), None)
-        self.saved_bytes += _nbytes(base)
+            return None
+        return base, have
 
     def hold(self, t: torch.Tensor, extra: int = 0) -> None:
         """Keep ``t`` (and ``extra`` bytes its kernel saved beside it) from forward to backward
@@ -199,13 +206,11 @@ class _Recorder(TorchDispatchMode):
         layer's product comes out 2-D and is viewed back with ``_unsafe_view``, a tensor of
         its own) still counts in the block's bytes: at most one block's kept outputs are
         counted twice, at the peak of the step."""
-        base = t._base if t._base is not None else t
-        key = id(base)
-        have = self._is(self._saved, key, base)
-        if (key in self.params or self._is(self.derived, key, base) is not None
-                or (have is not None and have[1] is None)):
+        got = self._not_kept(t)
+        if got is None:
             return
-        n = _nbytes(base)
+        base, have = got
+        key, n = id(base), _nbytes(base)
         if have is not None:
             self.block_saved[have[1]] -= n
         if extra and self.block is not None:
