@@ -101,6 +101,12 @@ def entry() -> None:
     with the process's collector thresholds (:data:`GC_THRESHOLDS`), then :func:`leave`.
 
     In-process callers use :func:`main`, which changes neither.
+
+    Examples
+    --------
+    From a shell (it ends the process)::
+
+        $ python -m qsgd_emu topology ring:4
     """
     gc.set_threshold(*GC_THRESHOLDS)
     leave(main())
