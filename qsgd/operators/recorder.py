@@ -52,7 +52,7 @@ class _Recorder(TorchDispatchMode):
         #: list maps that position to its record (None: no kernel) -- a measured step
         self.calls: list | None = None
         self.first_use: dict[str, list] = {}   # name -> [forward index, backward index]
-        self.derived: dict[int, torch.Tensor] = {}  # autocast's casts of parameters, by id
+        self.derived: dict[int, weakref.ref] = {}   # autocast's casts of parameters, by id
         #: id of the base of each tensor kept for backward -> (a weak reference to it, which
         #: tells a live entry from a dead tensor's id used again; the block that saved it,
         #: None: kept outside any block). Weak, as ``derived``: holding them here would keep
