@@ -54,16 +54,17 @@ class LiveBytes:
         self.events: list[tuple[int, int]] = []
         self._forward = None
 
-    def made(self, tensors) -> None:
-        """Note the storages of ``tensors`` (an operator's outputs) not noted yet."""
+    def made(self, tensors, inputs=()) -> None:
+        """Note the storages of ``tensors`` (an operator's outputs) not noted yet, leaving
+        out those of its ``inputs``: a view, an in-place or ``out=`` result, or
+        ``_unsafe_view``'s, makes no memory (and a parameter first seen as a view's output
+        would otherwise count as made there)."""
+        held = {k for k in map(_address, inputs) if k is not None}
         for t in tensors:
-            try:
-                st = t.untyped_storage()
-            except (RuntimeError, NotImplementedError):   # sparse, nested: no one storage
+            key = _address(t)
+            if key is None or key in self._alive or key in held:
                 continue
-            key = st._cdata
-            if key in self._alive:                        # a view, or an in-place result
-                continue
+            st = t.untyped_storage()
             serial, n = len(self._refs), int(st.nbytes())
             self._alive[key] = serial
             self._refs[serial] = weakref.ref(st, lambda _r, k=key, s=serial, b=n:
@@ -100,6 +101,14 @@ class LiveBytes:
                 level += n
                 peak = max(peak, level)
         return peak - start
+
+
+def _address(t) -> int | None:
+    """The address of ``t``'s storage (None: a tensor without one, sparse or nested)."""
+    try:
+        return t.untyped_storage()._cdata
+    except (RuntimeError, NotImplementedError):
+        return None
 
 
 def rising(v1: int, v2: int, b1: int, b2: int) -> tuple[int, int]:

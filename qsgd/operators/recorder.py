@@ -87,7 +87,8 @@ class _Recorder(TorchDispatchMode):
             out = tree_map(lambda t: t.contiguous(memory_format=torch.channels_last)
                            if isinstance(t, torch.Tensor) and t.dim() == 4 else t, out)
         if self.live is not None and self.phase in ("forward", "backward"):
-            self.live.made([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)])
+            self.live.made([t for t in tree_leaves(out) if isinstance(t, torch.Tensor)],
+                           [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)])
         if func.namespace != "aten" or func.is_view or name in NO_KERNEL:
             return out
         ins = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]

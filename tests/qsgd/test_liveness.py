@@ -113,3 +113,25 @@ def test_the_fused_loss_on_a_device_is_torchs_cross_entropy():
     with pytest.raises(qsgd.ConfigError, match="fused_loss must be True or False, got 'yes'"):
         qsgd.build_model("gpt2", n_layer=1, n_embd=8, n_head=2, vocab_size=10, seq_len=4,
                          fused_loss="yes")
+
+
+def test_an_output_on_an_inputs_storage_makes_no_memory():
+    # a parameter first seen in backward as a view's output (a convolution's weight) was
+    # counted there as made: the whole of ResNet-50's weights, 102 MB, as a transient
+    weight = torch.empty(1000, device="meta")
+    live = LiveBytes()
+    live.end_of_forward()
+    live.made([weight.view(10, 100)], [weight])           # a view
+    live.made([weight.add_(1)], [weight])                 # in place
+    fresh = torch.empty(10, device="meta")
+    live.made([fresh], [weight])
+    assert live.excess([]) == 40 and [n for _, n in live.events] == [40]
+
+
+def test_a_cnns_transient_is_its_activations_gradients_not_its_weights():
+    ops = record_operators(qsgd.build_model("resnet50"), families=("fp32",))
+    c, s = ops.family("fp32").transient
+    weights = 4 * sum(p.numel() for p in qsgd.build_model("resnet50").parameters())
+    # a sample's gradients at the head of backward (the last stage's 2,048 x 7 x 7 float32
+    # activations, 0.4 MB, and the like), nothing the size of the weights (102 MB)
+    assert c == 0 and 2048 * 49 * 4 <= s < 2e6 < weights
