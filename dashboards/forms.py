@@ -180,6 +180,29 @@ def field(label: str, component) -> Any:
     return html.Div([html.Label(label, htmlFor=component.id), component], className="field")
 
 
+def compute_fields(page: str, query: Mapping[str, str], devices: list, precisions: list,
+                   checkpointing: list) -> list:
+    """The fields the compute model reads, for the What-if and the Recommend pages alike:
+    target device, batch per GPU, precision and activation checkpointing (ids
+    ``{page}-device`` and so on), each empty unless ``query`` sets it. Empty says what the
+    job assumes: the topology's own GPU, the model's usual batch, the GPU's usual precision,
+    the checkpointing the trace was recorded with."""
+    from dash import dcc
+
+    def choice(name, options, placeholder):
+        return dcc.Dropdown(id=f"{page}-{name}", options=options,
+                            value=query.get(name) or None, placeholder=placeholder)
+
+    return [field("target device", choice("device", devices, "the topology's own GPU")),
+            field("batch per GPU", dcc.Input(id=f"{page}-batch", type="number", min=1, step=1,
+                                             debounce=True, value=query.get("batch") or None,
+                                             placeholder="the model's usual")),
+            field("precision", choice("precision", precisions,
+                                      "the GPU's usual (amp-bf16 from Ampere)")),
+            field("activation checkpointing", choice("checkpointing", checkpointing,
+                                                     "as the trace was recorded (none)"))]
+
+
 def human(key: str, value: Any) -> str:
     """A summary value for people: bandwidths in GB/s, latencies in us, others as they are."""
     if isinstance(value, dict):

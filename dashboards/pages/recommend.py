@@ -184,30 +184,12 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             html.Div([label("GPUs", "recommend-size"),
                       dcc.Input(id="recommend-size", type="number", min=1, step=1, debounce=True,
                                 value=q.get("size", DEFAULTS["size"]))], className="field"),
-            html.Div([label("target device", "recommend-device"),
-                      # as the What-if's: empty means the topology's own GPU ("auto"), and
-                      # "measured" the speed the trace was measured at
-                      dcc.Dropdown(id="recommend-device",
-                                   options=["measured"] + sorted(jobs.api("emulator", "DEVICES")),
-                                   value=q.get("device") or None,
-                                   placeholder="the topology's own GPU")], className="field"),
-            # batch, precision and checkpointing: as the What-if page's fields
-            html.Div([label("batch per GPU", "recommend-batch"),
-                      dcc.Input(id="recommend-batch", type="number", min=1, step=1, debounce=True,
-                                value=q.get("batch") or None,
-                                placeholder="the model's usual")], className="field"),
-            html.Div([label("precision", "recommend-precision"),
-                      dcc.Dropdown(id="recommend-precision",
-                                   options=list(jobs.api("emulator", "PRECISIONS")),
-                                   value=q.get("precision") or None,
-                                   placeholder="the GPU's usual (amp-bf16 from Ampere)")],
-                     className="field"),
-            html.Div([label("activation checkpointing", "recommend-checkpointing"),
-                      dcc.Dropdown(id="recommend-checkpointing",
-                                   options=list(jobs.api("qsgd", "CHECKPOINTING")),
-                                   value=q.get("checkpointing") or None,
-                                   placeholder="as the trace was recorded (none)")],
-                     className="field"),
+            # as the What-if's: an empty device is the topology's own GPU ("auto"), and
+            # "measured" the speed the trace was measured at
+            *forms.compute_fields("recommend", q,
+                                  ["measured"] + sorted(jobs.api("emulator", "DEVICES")),
+                                  list(jobs.api("emulator", "PRECISIONS")),
+                                  list(jobs.api("qsgd", "CHECKPOINTING"))),
         ], className="row"),
         html.Div([
             html.Div([label("budget", "recommend-budget"),

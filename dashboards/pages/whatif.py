@@ -197,6 +197,8 @@ def layout(query: Mapping[str, str], ctx) -> Any:
     bits = forms.query_list(q, "bits", DEFAULTS["bits"], int)
     transports = forms.query_list(q, "transports", transports_default)
     label = lambda text, for_id: html.Label(text, htmlFor=for_id)  # noqa: E731
+    compute = forms.compute_fields("whatif", q, opts["device"], opts["precision"],
+                                   opts["checkpointing"])
     return html.Div([
         html.H2("What-if: QSGD on your cluster"),
         html.Div([
@@ -216,28 +218,12 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             html.Div([html.Span(id="whatif-upload-names", className="status"),
                       html.Button("clear uploads", id="whatif-clear-uploads", n_clicks=0)],
                      className="field"),
-            html.Div([label("target device", "whatif-device"),
-                      dcc.Dropdown(id="whatif-device", options=opts["device"],
-                                   value=q.get("device") or None,
-                                   placeholder="the topology's own GPU")], className="field"),
-            html.Div([label("batch per GPU", "whatif-batch"),
-                      dcc.Input(id="whatif-batch", type="number", min=1, step=1, debounce=True,
-                                value=q.get("batch") or None,
-                                placeholder="the model's usual")], className="field"),
-            html.Div([label("precision", "whatif-precision"),
-                      dcc.Dropdown(id="whatif-precision", options=opts["precision"],
-                                   value=q.get("precision") or None,
-                                   placeholder="the GPU's usual (amp-bf16 from Ampere)")],
-                     className="field"),
+            *compute[:3],
             html.Div([label("data parallelism", "whatif-parallelism"),
                       dcc.Dropdown(id="whatif-parallelism", options=opts["parallelism"],
                                    value=q.get("parallelism", DEFAULTS["parallelism"]),
                                    clearable=False)], className="field"),
-            html.Div([label("activation checkpointing", "whatif-checkpointing"),
-                      dcc.Dropdown(id="whatif-checkpointing", options=opts["checkpointing"],
-                                   value=q.get("checkpointing") or None,
-                                   placeholder="as the trace was recorded (none)")],
-                     className="field"),
+            compute[3],
         ], className="row"),
         html.Div([
             html.Div([label("bits", "whatif-bits"),
