@@ -118,8 +118,8 @@ def _strategy(emulator, trace, G, compute, params, progress) -> dict:
     width = "" if b.transport == "fp32" else f" {b.bits}-bit"
     text = "\n".join([
         f"# {b.strategy} with {b.transport}{width}: {b.iteration_s * 1e3:.2f} ms per iteration, "
-        f"{b.memory_per_gpu / 1e9:.3g} GB per GPU of {choice.device}'s "
-        f"{choice.device_bytes / 1e9:.0f} GB, at {choice.world_size} GPUs",
+        f"{b.memory_per_gpu / 1e9:.3g} GB per GPU of {choice.device_memory}, at "
+        f"{choice.world_size} GPUs",
         *[f"# note: {n}" for n in choice.notes],
         f"# assumed: {compute.source}"])
     return {"strategy": choice.to_dict(), "text": text, "compute": compute.to_dict(),

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from emulator.compute import ComputeModel, device as device_named
+from emulator.compute.devices import memory_label
 from emulator.errors import ConfigError
 from emulator.network import Network
 
@@ -52,6 +53,11 @@ class StrategyChoice:
     device: str
     device_bytes: float
     notes: tuple = field(default=())
+
+    @property
+    def device_memory(self) -> str:
+        """The GPU and its memory, for messages: ``"H100-SXM's 80 GiB (85.9 GB)"``."""
+        return f"{self.device}'s {memory_label(self.device_bytes)}"
 
     def to_dict(self) -> dict:
         return {"best": self.best.to_dict(), "world_size": self.world_size, "device": self.device,

@@ -83,12 +83,22 @@ class Device:
 
     @property
     def memory_label(self) -> str:
-        """The memory as the datasheet names it and in decimal GB, for messages.
+        """The memory as the datasheet names it and in decimal GB (:func:`memory_label`).
 
         >>> DEVICES["H100-SXM"].memory_label
         '80 GiB (85.9 GB)'
         """
-        return f"{self.memory_bytes / 2 ** 30:.0f} GiB ({self.memory_bytes / 1e9:.1f} GB)"
+        return memory_label(self.memory_bytes)
+
+
+def memory_label(nbytes: float) -> str:
+    """A GPU's memory of ``nbytes`` bytes for messages: as its datasheet names it (binary
+    GB, :data:`GIB`) and in decimal GB, the unit of the memory model's figures.
+
+    >>> memory_label(96 * 2 ** 30)
+    '96 GiB (103.1 GB)'
+    """
+    return f"{nbytes / GIB:.0f} GiB ({nbytes / 1e9:.1f} GB)"
 
 
 #: Bytes in a datasheet's gigabyte of GPU memory (:attr:`Device.memory_bytes`).

@@ -171,8 +171,8 @@ def _strategies(args, trace) -> int:
         out.append(choice)
         if not args.json:
             b = choice.best
-            print(f"{args.topology} at {w} GPUs ({choice.device}, "
-                  f"{choice.device_bytes / 1e9:.0f} GB): {b.strategy} with {b.transport}"
+            print(f"{args.topology} at {w} GPUs ({choice.device_memory}): "
+                  f"{b.strategy} with {b.transport}"
                   f"{'' if b.transport == 'fp32' else f' {b.bits}-bit'}, "
                   f"{b.iteration_s * 1e3:.1f} ms/iteration, {b.memory_per_gpu / 1e9:.1f} GB per GPU")
             for o in choice.options:
