@@ -18,7 +18,7 @@ from .closed_form import closed_form
 from .collectives import (ALGORITHMS, NCCL_ALGORITHMS, Route, Schedule, Transfer, build_schedule,
                           busbw_factor)
 from .collectives.nccl import NcclSystem, Plan as NcclPlan, plan as nccl_plan
-from .compute import DEVICES, PRECISIONS, ComputeModel
+from .compute import ATTENTION_KERNELS, DEVICES, PRECISIONS, ComputeModel
 from .engine import run_collective, simulate
 from .errors import (CalibrationError, ConfigError, EmulatorError, ScheduleError, SimulationError,
                      TraceError)
@@ -72,7 +72,7 @@ __all__ = [
     "busbw_factor", "closed_form", "nccl_plan", "NcclPlan", "NcclSystem",
     "simulate", "run_collective", "CollectiveResult", "Fault", "DegradedLink", "RemovedLink",
     "Straggler", "size_sweep", "sweep_sizes",
-    "ComputeModel", "DEVICES", "PRECISIONS", "Network", "replay", "bucket_plan", "collective_requests",
+    "ComputeModel", "DEVICES", "PRECISIONS", "ATTENTION_KERNELS", "Network", "replay", "bucket_plan", "collective_requests",
     "Prediction", "TRANSPORTS", "replay_sharded", "sharded_plan", "machine_size",
     "SHARDED_TRANSPORTS", "Memory", "recommend_strategy", "StrategyChoice", "StrategyOption",
     "BUDGET_KINDS", "budget_for", "recommend_parallelism", "memory_per_gpu",

@@ -50,7 +50,8 @@ def resolve_compute(config: StudyConfig) -> dict:
     """
     return {spec: ComputeModel.for_topology(
         topology_for(spec, min(config.world_sizes)), config.trace, device=config.device,
-        batch_size=config.batch_size, precision=config.precision, codec=config.codec)
+        batch_size=config.batch_size, precision=config.precision, codec=config.codec,
+        attention=config.attention)
         for spec in config.topologies}
 
 

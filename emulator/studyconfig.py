@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from emulator.compute import ALIASES, DEVICES, PRECISIONS, ComputeModel
+from emulator.compute import ALIASES, ATTENTION_KERNELS, DEVICES, PRECISIONS, ComputeModel
 from emulator.errors import ConfigError
 from emulator.network import DEFAULT_ALGORITHM
 from emulator.replaying import STUDY_DEFAULT, TRANSPORTS
@@ -78,6 +78,9 @@ class StudyConfig:
         Topology spec -> the largest world size it runs (GPUs); the grid's larger sizes leave
         that topology out (``qsgd-emu demo``: boxes of consumer cards stop at 256 GPUs while
         the DGX cluster goes on to 8,192). Default: every topology runs every size.
+    attention : str, optional
+        The fused attention kernel the compute model times (a key of
+        :data:`emulator.ATTENTION_KERNELS`); None: FlashAttention-2, what PyTorch's SDPA runs.
     """
 
     trace: object
@@ -96,6 +99,7 @@ class StudyConfig:
     weight_bits: int | None = None
     shard_size: int | None = None
     max_gpus: dict | None = None
+    attention: str | None = None
 
     def __post_init__(self):
         import qsgd
@@ -117,6 +121,9 @@ class StudyConfig:
             if not v:
                 raise ConfigError(f"StudyConfig.{name} must not be empty")
             object.__setattr__(self, name, v)
+        if self.attention is not None and self.attention not in ATTENTION_KERNELS:
+            raise ConfigError(f"StudyConfig.attention must be None or one of "
+                              f"{sorted(ATTENTION_KERNELS)}, got {self.attention!r}")
         for w in self.world_sizes:
             if not is_int(w) or w < 1:
                 raise ConfigError(f"StudyConfig.world_sizes: {w!r} is not an int >= 1")
@@ -213,6 +220,8 @@ class StudyConfig:
              "device": self.device, "batch_size": self.batch_size, "precision": self.precision,
              "codec": self.codec,
              "algorithm": self.algorithm, "exact": self.exact, "compute": compute}
+        if self.attention is not None:      # as does one on the default kernel
+            d["attention"] = self.attention
         if self.max_gpus:                   # a study without limits reads as it always did
             d["max_gpus"] = dict(self.max_gpus)
         if self.parallelism != "ddp":       # a DDP study's config reads as it always did

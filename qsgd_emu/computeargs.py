@@ -2,7 +2,8 @@
 
 ``--device`` (default ``auto``: each topology's own GPU), ``--batch-size`` (samples per GPU;
 default: the model's training batch), ``--precision`` (default: what people train with on
-the GPU) and ``--activation-checkpointing`` (default: as the trace was recorded). The chosen
+the GPU), ``--activation-checkpointing`` (default: as the trace was recorded) and
+``--attention-kernel`` (default: FlashAttention-2). The chosen
 and the assumed values are printed, one line per topology.
 """
 from __future__ import annotations
@@ -30,8 +31,8 @@ def positive_int(name: str):
 
 
 def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> None:
-    """Add ``--device``, ``--batch-size``, ``--precision``, ``--activation-checkpointing`` and
-    ``--codec`` to ``parser``."""
+    """Add ``--device``, ``--batch-size``, ``--precision``, ``--activation-checkpointing``,
+    ``--attention-kernel`` and ``--codec`` to ``parser``."""
     import emulator
 
     devices = ", ".join(sorted(emulator.DEVICES))
@@ -52,6 +53,12 @@ def add_arguments(parser: argparse.ArgumentParser, *, device: str = "auto") -> N
                              "blocks_full: the whole block again, reentrant; selective: torchtitan's "
                              "op policy, products' and attention's outputs kept) or not (none); "
                              "default: as the trace was recorded. Re-records the operators")
+    parser.add_argument("--attention-kernel", choices=sorted(emulator.ATTENTION_KERNELS),
+                        default=None,
+                        help="the fused attention kernel the training runs (default flash2: "
+                             "FlashAttention-2, PyTorch SDPA's flash backend; flash1: flash-attn "
+                             "1.x, about half its speed; triton: FlashAttention in Triton, "
+                             "1.4x slower forward and 2x backward)")
     parser.add_argument("--codec", choices=("today", "fused"), default="today",
                         help="QSGD's codec on the GPU: today's, as measured on an H200, or "
                              "'fused', a single-pass codec at half the copy bandwidth (the "

@@ -6,7 +6,8 @@
   master weights, fp8 (:data:`PRECISIONS`): which math units each operator runs on, what DDP
   sends;
 - :mod:`~emulator.compute.rules`: one kernel's seconds (roofline, tile and wave
-  quantisation, cited efficiencies); :mod:`~emulator.compute.convolution`: cuDNN's algorithm
+  quantisation, cited efficiencies); :mod:`~emulator.compute.attention`: the fused attention
+  kernel a run uses (:data:`ATTENTION_KERNELS`); :mod:`~emulator.compute.convolution`: cuDNN's algorithm
   per convolution as ``cudnn.benchmark`` picks it (implicit GEMM or Winograd);
   :mod:`~emulator.compute.timeline`: a step's phases from
   them through eager PyTorch's host and device; :mod:`~emulator.compute.codec`: QSGD's codec
@@ -16,6 +17,7 @@
 
 No torch here: the operator records come from :mod:`qsgd.operators` inside the trace.
 """
+from .attention import ATTENTION_KERNELS, DEFAULT_ATTENTION, attention_kernel
 from .codec import codec_seconds
 from .devices import ALIASES, DEVICES, MODES, Device, device, device_named_as, device_of
 from .model import ComputeModel
@@ -26,4 +28,5 @@ from .timeline import HOST_OP_S, StepTimes, step_times
 __all__ = ["ComputeModel", "DEVICES", "ALIASES", "MODES", "Device", "device", "device_of",
            "device_named_as",
            "PRECISIONS", "Precision", "precision", "default_precision", "kernel_seconds",
-           "step_times", "StepTimes", "HOST_OP_S", "codec_seconds"]
+           "step_times", "StepTimes", "HOST_OP_S", "codec_seconds", "ATTENTION_KERNELS",
+           "DEFAULT_ATTENTION", "attention_kernel"]

@@ -23,13 +23,14 @@ from dataclasses import dataclass, field, replace
 
 from emulator.errors import ConfigError
 from emulator._checks import is_int, is_number
+from .attention import ATTENTION_KERNELS, DEFAULT_ATTENTION, attention_kernel
 from .codec import CODECS, codec_seconds
 from .devices import device as device_named
 from .precisions import default_precision, precision as precision_named
 from .timeline import step_times
 
 
-def _measured_seconds(measured, batch: int, dev, prec):
+def _measured_seconds(measured, batch: int, dev, prec, attention: str):
     """``(operators, seconds, how)`` from a trace's measured step where it applies (a GPU of the
     catalogue, the same batch and operator family), else None: on the GPU it ran on, its
     seconds as they are; on another, each scaled by the model's ratio for that operator
@@ -47,8 +48,8 @@ def _measured_seconds(measured, batch: int, dev, prec):
         return ops, measured.seconds, f"the trace's per-operator seconds measured on {src.name}"
     seconds = []
     for op, s in zip(ops.ops, measured.seconds):
-        there = kernel_seconds(op, batch, src, prec.mode(op.kind, op.dtype, src))
-        here = kernel_seconds(op, batch, dev, prec.mode(op.kind, op.dtype, dev))
+        there = kernel_seconds(op, batch, src, prec.mode(op.kind, op.dtype, src), attention)
+        here = kernel_seconds(op, batch, dev, prec.mode(op.kind, op.dtype, dev), attention)
         seconds.append(s * here / there if there > 0 else here)
     return ops, tuple(seconds), (f"the trace's per-operator seconds measured on {src.name}, "
                                  f"each scaled by the model's {src.name}-to-{dev.name} ratio")
@@ -124,6 +125,9 @@ class ComputeModel:
     memory_bytes : float or None
         The GPU's memory (bytes) where the part run differs from the catalogue's ``device``
         in it alone (a published run's stated part); None: the catalogue's.
+    attention : str
+        The fused attention kernel the operators run
+        (:data:`~emulator.compute.attention.ATTENTION_KERNELS`; default FlashAttention-2).
 
     Examples
     --------
@@ -154,6 +158,7 @@ class ComputeModel:
     source: str = "measured seconds"
     codec_kind: str = "today"
     memory_bytes: float | None = None
+    attention: str = DEFAULT_ATTENTION
 
     def __post_init__(self):
         for name in ("compute_scale", "codec_scale"):
@@ -179,6 +184,9 @@ class ComputeModel:
         if self.codec_kind not in CODECS:
             raise ConfigError(f"ComputeModel.codec_kind must be one of {list(CODECS)}, got "
                               f"{self.codec_kind!r}")
+        if self.attention not in ATTENTION_KERNELS:
+            raise ConfigError(f"ComputeModel.attention must be one of {sorted(ATTENTION_KERNELS)}, "
+                              f"got {self.attention!r}")
 
     # ---------------------------------------------------------------- what replay asks
     @property
@@ -289,13 +297,13 @@ class ComputeModel:
         dev = device_named(self.device)
         prec = precision_named(self.precision)
         ops = trace.operators.family(prec.family)
-        times = step_times(ops, self.batch_size, dev, prec)
+        times = step_times(ops, self.batch_size, dev, prec, attention=self.attention)
         opt_s = times.optimizer_s
         if shards > 1:
             cut = tuple(replace(o, bytes=_div(o.bytes, shards), flops=_div(o.flops, shards))
                         if o.phase == "optimizer" else o for o in ops.ops)
             opt_s = step_times(type(ops)(ops.family, cut, ops.ready, ops.optimizer),
-                               self.batch_size, dev, prec).optimizer_s
+                               self.batch_size, dev, prec, attention=self.attention).optimizer_s
         fwd_end = times.forward_s
         ready_of = {n: times.ready_s.get(n, times.backward_s) for n in ops.ready}
         starts, readies, bwd_starts = [], [], []
@@ -321,7 +329,8 @@ class ComputeModel:
                 "compute_scale": self.compute_scale, "codec_scale": self.codec_scale,
                 "forward_s": self.forward_s, "backward_s": self.backward_s,
                 "optimizer_s": self.optimizer_s, "codec_device": self.codec_device,
-                "codec": self.codec_kind, "memory_bytes": self.memory_bytes}
+                "codec": self.codec_kind, "memory_bytes": self.memory_bytes,
+                "attention": self.attention}
 
     # ---------------------------------------------------------------- constructors
     @classmethod
@@ -341,7 +350,8 @@ class ComputeModel:
 
     @classmethod
     def for_device(cls, target: str, trace, *, batch_size: int | None = None,
-                   precision: str | None = None, codec: str = "today") -> "ComputeModel":
+                   precision: str | None = None, codec: str = "today",
+                   attention: str | None = None) -> "ComputeModel":
         """``trace``'s step timed from its operator records on GPU ``target``.
 
         Parameters
@@ -356,9 +366,15 @@ class ComputeModel:
         precision : str, optional
             A :data:`~emulator.compute.precisions.PRECISIONS` key (default: what people train
             with on ``target``, :func:`~emulator.compute.precisions.default_precision`).
+        codec : str
+            :data:`~emulator.compute.codec.CODECS` key: QSGD's codec on the GPU.
+        attention : str, optional
+            The fused attention kernel (:data:`~emulator.compute.attention.ATTENTION_KERNELS`;
+            default ``flash2``, what PyTorch's SDPA runs).
         """
         if target == "measured":
             return cls()
+        kernel = attention_kernel(DEFAULT_ATTENTION if attention is None else attention)
         dev = device_named(target)
         prec = default_precision(dev) if precision is None else precision_named(precision)
         prec.check(dev)
@@ -372,13 +388,16 @@ class ComputeModel:
             assumed = "the model's training batch" if ops.training_batch_size else "the trace's batch"
         if not is_int(batch_size) or batch_size < 1:
             raise ConfigError(f"batch_size must be a positive int, got {batch_size!r}")
-        measured = _measured_seconds(ops.measured, batch_size, dev, prec)
+        measured = _measured_seconds(ops.measured, batch_size, dev, prec, kernel.name)
         if measured is not None:
             opset, seconds, how = measured
-            times = step_times(opset, batch_size, dev, prec, seconds)
+            times = step_times(opset, batch_size, dev, prec, seconds, attention=kernel.name)
         else:
-            times = step_times(ops.family(prec.family), batch_size, dev, prec)
+            opset = ops.family(prec.family)
+            times = step_times(opset, batch_size, dev, prec, attention=kernel.name)
             how = f"per-operator roofline of the trace's operators ({dev.source})"
+        if any(op.kind == "attention" for op in opset.ops):
+            how += f"; attention: {kernel.label}"
         if ops.extra.get("checkpointing", "none") != "none":
             from qsgd import CHECKPOINTING
 
@@ -394,11 +413,12 @@ class ComputeModel:
         return cls(1.0, 1.0, times.forward_s, times.backward_s, times.optimizer_s, ready,
                    device=dev.name, precision=prec.name, batch_size=batch_size,
                    grad_bytes=prec.grad_bytes, codec_device=dev.name, source=source,
-                   codec_kind=codec)
+                   codec_kind=codec, attention=kernel.name)
 
     @classmethod
     def for_topology(cls, G, trace, *, device: str = "auto", batch_size: int | None = None,
-                     precision: str | None = None, codec: str = "today") -> "ComputeModel":
+                     precision: str | None = None, codec: str = "today",
+                     attention: str | None = None) -> "ComputeModel":
         """:meth:`for_device` on topology ``G``'s own GPU (``device="auto"``), or on
         ``device`` (a GPU, or ``"measured"``).
 
@@ -418,7 +438,7 @@ class ComputeModel:
                                   f"give a device (one of {sorted(DEVICES)}) or 'measured'")
             device = dev.name
         return cls.for_device(device, trace, batch_size=batch_size, precision=precision,
-                              codec=codec)
+                              codec=codec, attention=attention)
 
     def scaled(self, compute_scale: float = 1.0, codec_scale: float = 1.0) -> "ComputeModel":
         """The same model with other scales."""

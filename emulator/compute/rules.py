@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 
+from .attention import DEFAULT_ATTENTION, attention_kernel
 from .devices import Device
 
 #: Achieved share of the tensor units' dense peak by a large, aligned cuBLAS GEMM. Volta and
@@ -44,12 +45,6 @@ TENSOR_EFFICIENCY = {"volta": 0.66, "turing": 0.66, "ampere": 0.80, "ada": 0.80,
 #: TFLOP/s); 0.60 where the peak counts GA10x/AD10x's dual-issue FP32 datapath (cuBLAS at 23.2
 #: of an RTX A6000's 38.7 TFLOP/s, siboehm's SGEMM_CUDA measurements).
 SIMT_EFFICIENCY = {False: 0.75, True: 0.60}
-#: Achieved share of the math peak by fused attention: FlashAttention-2 reaches 50-73 % of
-#: the A100's peak (Dao 2023; the middle, 0.60, for Ampere and Ada) and about 35 % of the H100's
-#: (Shah et al., "FlashAttention-3", 2024, abstract), which PyTorch's SDPA runs there; the same
-#: 0.35 stands for the memory-efficient kernel PyTorch runs before Ampere (no published figure).
-ATTENTION_EFFICIENCY = {"ampere": 0.60, "ada": 0.60, "hopper": 0.35, "blackwell": 0.35,
-                        "volta": 0.35, "turing": 0.35, "kepler": 0.35}
 #: Achieved share of the memory's peak bandwidth by a streaming kernel: 1.80 of an A100
 #: 80 GB's 2.04 TB/s (88 %, NVIDIA developer forums, confirmed by Nsight Compute) for HBM;
 #: 0.82 for GDDR, the mean of Habitat's GDDR device bandwidths against their datasheets
@@ -138,9 +133,11 @@ def math_efficiency(mode: str, device: Device) -> float:
     return TENSOR_EFFICIENCY.get(device.arch, TENSOR_EFFICIENCY["ampere"])
 
 
-def kernel_seconds(op, batch: int, device: Device, mode: str) -> float:
+def kernel_seconds(op, batch: int, device: Device, mode: str,
+                   attention: str = DEFAULT_ATTENTION) -> float:
     """Device seconds of operator record ``op`` (:class:`qsgd.operators.Operator`) at
-    ``batch`` samples, its math on ``mode``'s units.
+    ``batch`` samples, its math on ``mode``'s units; a fused attention operator runs the
+    kernel ``attention`` (:data:`~emulator.compute.attention.ATTENTION_KERNELS`).
 
     Examples
     --------
@@ -175,7 +172,9 @@ def kernel_seconds(op, batch: int, device: Device, mode: str) -> float:
             nbytes += sum(split_k_bytes(*g, device.sms) for g in dims)
     elif op.kind == "attention":
         flops = op.flops[0] + op.flops[1] * batch
-        math_s = flops / (device.flops(mode) * ATTENTION_EFFICIENCY.get(device.arch, 0.35))
+        share = attention_kernel(attention).efficiency(device.arch,
+                                                       backward=op.op == "attention_backward")
+        math_s = flops / (device.flops(mode) * share)
     else:
         math_s = 0.0
         if op.kind in ("optimizer", "scaler"):

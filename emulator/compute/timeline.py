@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .attention import DEFAULT_ATTENTION
 from .devices import Device
 from .precisions import Precision
 from .rules import FOREACH_TENSORS, kernel_seconds
@@ -59,10 +60,11 @@ class StepTimes:
 
 
 def step_times(opset, batch: int, device: Device, precision: Precision,
-               seconds=None) -> StepTimes:
+               seconds=None, *, attention: str = DEFAULT_ATTENTION) -> StepTimes:
     """Time ``opset`` (a :class:`qsgd.operators.OperatorSet` of ``precision``'s family) at
-    ``batch`` samples per GPU on ``device``; ``seconds`` (one per operator) replaces the
-    kernels' modelled device seconds (a measured step's).
+    ``batch`` samples per GPU on ``device``, its fused attention on kernel ``attention``
+    (:data:`~emulator.compute.attention.ATTENTION_KERNELS`); ``seconds`` (one per operator)
+    replaces the kernels' modelled device seconds (a measured step's).
 
     Examples
     --------
@@ -90,7 +92,7 @@ def step_times(opset, batch: int, device: Device, precision: Precision,
         marks.setdefault(op.phase, i)
         host += HOST_OP_S * launches
         k = seconds[i] if seconds is not None else \
-            kernel_seconds(op, batch, device, precision.mode(op.kind, op.dtype, device))
+            kernel_seconds(op, batch, device, precision.mode(op.kind, op.dtype, device), attention)
         start = max(host, dev)
         waited += max(0.0, host - dev)
         dev = start + k

@@ -29,7 +29,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from emulator.compute import ALIASES, DEVICES, PRECISIONS
+from emulator.compute import ALIASES, ATTENTION_KERNELS, DEVICES, PRECISIONS
 from emulator.compute.devices import GIB
 from emulator.errors import TraceError
 from emulator._checks import is_int, is_number
@@ -89,6 +89,9 @@ class PublishedRun:
     #: the GPUs' memory as their maker states it (bytes, GB x 2**30 as the catalogue counts),
     #: where the part run differs from the catalogue's ``device`` in it (``device_memory_gb``)
     device_memory_bytes: float | None = None
+    #: the fused attention kernel the run used (``attention_kernel``,
+    #: :data:`emulator.compute.ATTENTION_KERNELS`; default FlashAttention-2)
+    attention_kernel: str = "flash2"
 
     @property
     def zoo(self) -> tuple[str, dict]:
@@ -441,6 +444,10 @@ def load_run(path: str | os.PathLike) -> PublishedRun:
     if not isinstance(ckpt, str) or ckpt not in qsgd.CHECKPOINTING:
         raise TraceError(f"{where}: field activation_checkpointing must be one of "
                          f"{list(qsgd.CHECKPOINTING)}, got {ckpt!r}")
+    kernel = doc.get("attention_kernel", "flash2")
+    if not isinstance(kernel, str) or kernel not in ATTENTION_KERNELS:
+        raise TraceError(f"{where}: field attention_kernel must be one of "
+                         f"{sorted(ATTENTION_KERNELS)}, got {kernel!r}")
     run = PublishedRun(
         id=_text(doc, "id", where), path=path, source=source, model=model, model_args=dict(args),
         batch_size=batch, precision=precision, device=device, gpus_per_node=per_node,
@@ -449,7 +456,8 @@ def load_run(path: str | os.PathLike) -> PublishedRun:
         methods=dict(methods), points=pts, reference_run=ref,
         doubtful=doc.get("doubtful") if isinstance(doc.get("doubtful"), str) else None,
         activation_checkpointing=ckpt,
-        device_memory_bytes=None if memory_gb is None else float(memory_gb) * GIB)
+        device_memory_bytes=None if memory_gb is None else float(memory_gb) * GIB,
+        attention_kernel=kernel)
     for name in methods:                 # an unknown compressor fails here, not mid-run
         method_transport(run, name)
     for i, p in enumerate(pts):

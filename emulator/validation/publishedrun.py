@@ -72,10 +72,12 @@ class _Cache:
         from emulator.compute import ComputeModel
 
         key = (run.zoo[0], tuple(sorted(run.zoo[1].items())), run.activation_checkpointing,
-               run.device, run.batch_size, run.precision, run.device_memory_bytes)
+               run.device, run.batch_size, run.precision, run.device_memory_bytes,
+               run.attention_kernel)
         if key not in self.computes:
             model = ComputeModel.for_device(
-                run.device, self.trace(run), batch_size=run.batch_size, precision=run.precision)
+                run.device, self.trace(run), batch_size=run.batch_size, precision=run.precision,
+                attention=run.attention_kernel)
             if run.device_memory_bytes is not None:
                 model = dataclasses.replace(model, memory_bytes=run.device_memory_bytes)
             self.computes[key] = model

@@ -197,7 +197,8 @@ def _cluster(args, trace, world_size: int):
     G = emulator.topology_for(args.topology, world_size)
     return G, emulator.ComputeModel.for_topology(G, trace, device=args.device,
                                                  batch_size=args.batch_size,
-                                                 precision=args.precision, codec=args.codec)
+                                                 precision=args.precision, codec=args.codec,
+                                                 attention=args.attention_kernel)
 
 
 def run(args) -> int:

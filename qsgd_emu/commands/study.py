@@ -151,7 +151,7 @@ def run_with(args, trace) -> int:
         "transports": args.transports, "topologies": tuple(args.topology or DEFAULT_TOPOLOGIES),
         "device": args.device, "algorithm": args.algorithm, "exact": args.exact,
         "batch_size": args.batch_size, "precision": args.precision, "codec": args.codec,
-        "max_gpus": getattr(args, "max_gpus", None), **sharded_options(args)})
+        "attention": args.attention_kernel, "max_gpus": getattr(args, "max_gpus", None), **sharded_options(args)})
     # One compute model per topology for the rows and the report's timeline, said up front.
     models = emulator.resolve_compute(cfg)
     computeargs.say_assumed(models)

@@ -52,6 +52,11 @@ def test_every_file_reads_and_the_registry_holds_what_the_issue_asks(registry):
         {"llmfoundry-mpt7b-fsdp-a100-40gb-bf16": "blocks_full",
          **{f"llmfoundry-mpt{m}-fsdp-h100-bf16-ckpt": "blocks" for m in ("13b", "30b", "70b")},
          **{f"torchtitan-llama3-8b-fsdp-{m}-h100": "selective" for m in ("eager", "compile")}}
+    # llm-foundry's benchmark scripts default to its Triton FlashAttention (attn_impl: triton);
+    # torchtitan runs PyTorch's SDPA (FlashAttention-2, the default)
+    assert {r.id for r in registry if r.attention_kernel == "triton"} == \
+        {r.id for r in registry if r.id.startswith("llmfoundry-")}
+    assert {r.attention_kernel for r in registry if not r.id.startswith("llmfoundry-")} == {"flash2"}
     for r in registry:
         for name in r.methods:       # every method resolves to a transport or a reason
             m = method_transport(r, name)
@@ -105,6 +110,8 @@ def _set(*path_value):
     (_set("points", 0, "nodes", 9), r"points\[0\].nodes must be an int in \[1, world_size=1\]"),
     (_set("version", 2), "field format/version must be 'qsgd-published-run' version 1"),
     (_set("device_memory_gb", 0), r"field device_memory_gb must be a number > 0 \(GB a GPU\), got 0"),
+    (_set("attention_kernel", "sdpa"),
+     r"field attention_kernel must be one of \['flash1', 'flash2', 'triton'\], got 'sdpa'"),
     (_set("activation_checkpointing", True),
      r"field activation_checkpointing must be one of \['none', 'blocks', 'blocks_full', 'selective'\], got True"),
 ])

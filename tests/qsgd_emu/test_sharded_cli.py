@@ -67,6 +67,22 @@ def test_activation_checkpointing_is_asked_for_and_said(trace_path, tmp_path):
     assert code == 2 and "--device measured replays the trace's own seconds" in line
 
 
+def test_the_attention_kernel_is_asked_for_and_said(trace_path, tmp_path):
+    args = ["study", "--trace", trace_path, *BASE, "--world-sizes", "8", "--bits", "32"]
+    times = {}
+    for kernel in ("flash2", "flash1"):
+        code, _, err = run_cli([*args, "--attention-kernel", kernel, "--out", str(tmp_path / kernel)])
+        assert code == 0, err
+        study = json.loads((tmp_path / kernel / "study.json").read_text())
+        (row,) = study["rows"]
+        times[kernel] = row["iteration_s"]
+        assert study["config"]["attention"] == kernel
+    assert "attention: FlashAttention 1 (flash-attn 1.x)" in err
+    assert times["flash1"] > times["flash2"]
+    code, _, err = run_cli([*args, "--attention-kernel", "flash9", "--out", str(tmp_path / "x")])
+    assert code == 2 and "invalid choice: 'flash9'" in err
+
+
 def test_recommend_picks_a_strategy(trace_path):
     code, text, err = run_cli(["recommend", "--trace", trace_path, *BASE, "--world-sizes", "16",
                                "--max-bits-per-element", "8", "--parallelism", "ddp,fsdp,zero2",
