@@ -181,16 +181,32 @@ def field(label: str, component) -> Any:
 
 
 def compute_fields(page: str, query: Mapping[str, str], devices: list, precisions: list,
-                   checkpointing: list) -> list:
-    """The fields the compute model reads, for the What-if and the Recommend pages alike:
-    target device, batch per GPU, precision and activation checkpointing (ids
-    ``{page}-device`` and so on), each empty unless ``query`` sets it. Empty says what the
-    job assumes: the topology's own GPU, the model's usual batch, the GPU's usual precision,
-    the checkpointing the trace was recorded with."""
+                   checkpointing: list, attention: list = ()) -> list:
+    """The fields the compute model reads, for the What-if and the Recommend pages alike.
+
+    Parameters
+    ----------
+    page : str
+        The page's name, the prefix of the fields' ids (``{page}-device`` and so on).
+    query : Mapping[str, str]
+        The URL's query (:func:`from_query`): each field shows the value of its key
+        (``device``, ``batch``, ``precision``, ``checkpointing``, ``attention``), else empty.
+    devices, precisions, checkpointing, attention : list
+        The choices of the target device, the precision, the activation checkpointing and the
+        fused attention kernel.
+
+    Returns
+    -------
+    list
+        Labelled fields: target device, batch per GPU, precision, activation checkpointing and
+        attention kernel. Empty says what the job assumes: the topology's own GPU, the model's
+        usual batch, the GPU's usual precision, the checkpointing the trace was recorded with
+        and FlashAttention-2 (what PyTorch's SDPA runs).
+    """
     from dash import dcc
 
     def choice(name, options, placeholder):
-        return dcc.Dropdown(id=f"{page}-{name}", options=options,
+        return dcc.Dropdown(id=f"{page}-{name}", options=list(options),
                             value=query.get(name) or None, placeholder=placeholder)
 
     return [field("target device", choice("device", devices, "the topology's own GPU")),
@@ -200,7 +216,9 @@ def compute_fields(page: str, query: Mapping[str, str], devices: list, precision
             field("precision", choice("precision", precisions,
                                       "the GPU's usual (amp-bf16 from Ampere)")),
             field("activation checkpointing", choice("checkpointing", checkpointing,
-                                                     "as the trace was recorded (none)"))]
+                                                     "as the trace was recorded (none)")),
+            field("attention kernel", choice("attention", attention,
+                                             "FlashAttention-2 (PyTorch's SDPA)"))]
 
 
 def human(key: str, value: Any) -> str:

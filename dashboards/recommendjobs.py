@@ -32,7 +32,7 @@ def _refusal(exc: Exception) -> DashboardError:
 
 def recommend_job(params: Mapping[str, Any], progress: jobs.Progress = _no_progress) -> dict:
     """The recommendation of the form's model (or uploaded trace), topology, world size,
-    budget, batch, precision, activation checkpointing and data parallelism.
+    budget, batch, precision, activation checkpointing, attention kernel and data parallelism.
 
     ``params`` comes from :func:`dashboards.pages.recommend.params_from_form` (plus
     ``cache_dir``). Widths (parallelism ``ddp``): the
@@ -65,7 +65,7 @@ def recommend_job(params: Mapping[str, Any], progress: jobs.Progress = _no_progr
         G = emulator.topology_for(str(params["topology"]), w)
         compute = emulator.ComputeModel.for_topology(
             G, trace, device=params.get("device") or "auto", batch_size=params.get("batch_size"),
-            precision=params.get("precision"))
+            precision=params.get("precision"), attention=params.get("attention"))
     except ValueError as exc:
         raise _refusal(exc) from None
     if parallelism != "ddp":
@@ -96,7 +96,7 @@ def _widths(emulator, trace, G, compute, params, progress) -> dict:
         f"{rec.best.iteration_s * 1e3:.2f} ms per iteration, {rec.speedup_fp32:.2f}x over fp32, "
         f"{rec.speedup_fp16:.2f}x over fp16, variance increase {rec.best.variance:.4g}",
         *([f"# {rec.note}"] if rec.note else []),
-        f"# assumed: {compute.source}",
+        f"# assumed: {jobs.assumed(compute, params.get('attention'))}",
         rec.state_snippet()])
     out["compute"] = compute.to_dict()
     return out
@@ -121,6 +121,6 @@ def _strategy(emulator, trace, G, compute, params, progress) -> dict:
         f"{b.memory_per_gpu / 1e9:.3g} GB per GPU of {choice.device_memory}, at "
         f"{choice.world_size} GPUs",
         *[f"# note: {n}" for n in choice.notes],
-        f"# assumed: {compute.source}"])
+        f"# assumed: {jobs.assumed(compute, params.get('attention'))}"])
     return {"strategy": choice.to_dict(), "text": text, "compute": compute.to_dict(),
             "parallelism": parallelism}

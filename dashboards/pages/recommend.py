@@ -3,15 +3,15 @@ budget, or the fastest data-parallel strategy that fits the GPU.
 
 The inputs mirror ``qsgd-emu recommend``: a model (measured here, with its per-bucket
 quantization variance) or an uploaded PayloadTrace, a topology spec, one world size, a target
-device, the batch per GPU, the precision and activation checkpointing (as the What-if page's
-fields), a budget (a variance increase, the variance of uniform B-bit QSGD, or bits per
-element) and the data parallelism (``--parallelism``). "Run" starts a background job with
-progress (:mod:`dashboards.recommendjobs`). With ``ddp`` (the default) the page shows the
-Pareto front of speedup against variance (uniform widths marked), the widths per layer as
-bars, and the configuration as text to copy into ``QSGDState``; with strategies (``auto``:
-all) a table of every strategy, transport and width tried, the pick marked. The text says
-what the compute model assumed. The inputs are mirrored into the URL query string, so a
-recommendation can be shared by URL.
+device, the batch per GPU, the precision, activation checkpointing and the fused attention
+kernel (as the What-if page's fields), a budget (a variance increase, the variance of uniform
+B-bit QSGD, or bits per element) and the data parallelism (``--parallelism``). "Run"
+starts a background job with progress (:mod:`dashboards.recommendjobs`). With ``ddp`` (the
+default) the page shows the Pareto front of speedup against variance (uniform widths
+marked), the widths per layer as bars, and the configuration as text to copy into
+``QSGDState``; with strategies (``auto``: all) a table of every strategy, transport and width
+tried, the pick marked. The text says what the compute model assumed. The inputs are
+mirrored into the URL query string, so a recommendation can be shared by URL.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ BUDGETS: dict[str, str] = {
 DEFAULTS: dict[str, Any] = {"model": "resnet50", "spec": "cluster:dgx_a100x{N}", "size": 64,
                             "budget": "variance_as_bits", "value": "4", "device": "",
                             "batch": "", "precision": "", "parallelism": ["ddp"],
-                            "checkpointing": ""}
+                            "checkpointing": "", "attention": ""}
 #: the QSGD transports a width recommendation may pick
 TRANSPORTS = ["qsgd_allgather", "qsgd_scatter_reduce_allgather"]
 #: URL query key -> form component id (the state that a shared URL restores).
@@ -44,6 +44,7 @@ QUERY_IDS: dict[str, str] = {
     "model": "recommend-model", "spec": "recommend-spec", "size": "recommend-size",
     "device": "recommend-device", "batch": "recommend-batch",
     "precision": "recommend-precision", "checkpointing": "recommend-checkpointing",
+    "attention": "recommend-attention",
     "parallelism": "recommend-parallelism", "budget": "recommend-budget",
     "value": "recommend-value", "transports": "recommend-transports",
 }
@@ -73,7 +74,7 @@ def parallelism_from_form(value) -> str:
 
 def params_from_form(*, model, trace_upload, trace_filename, spec, size, budget, value, transports,
                      device, batch=None, precision=None, parallelism=None,
-                     checkpointing=None) -> dict:
+                     checkpointing=None, attention=None) -> dict:
     """Validated job parameters from the raw form values; DashboardError names the field."""
     params: dict[str, Any] = {}
     if trace_upload:
@@ -106,13 +107,16 @@ def params_from_form(*, model, trace_upload, trace_filename, spec, size, budget,
     params["device"] = device or "auto"
     params["bucket_size"] = 512
     # as the What-if page: empty is the model's usual training batch and the GPU's usual
-    # precision (emulator.compute), and activation checkpointing as the trace was recorded
+    # precision (emulator.compute), activation checkpointing as the trace was recorded, and
+    # FlashAttention-2
     params["batch_size"] = None if batch in (None, "") else \
         forms.parse_int(batch, "recommend-batch", min_value=1, max_value=1 << 20)
     params["precision"] = forms.parse_choice(precision, "recommend-precision",
                                              jobs.api("emulator", "PRECISIONS"))
     params["checkpointing"] = forms.parse_choice(checkpointing, "recommend-checkpointing",
                                                  jobs.api("qsgd", "CHECKPOINTING"))
+    params["attention"] = forms.parse_choice(attention, "recommend-attention",
+                                             jobs.api("emulator", "ATTENTION_KERNELS"))
     params["parallelism"] = parallelism_from_form(parallelism)
     return params
 
@@ -189,7 +193,8 @@ def layout(query: Mapping[str, str], ctx) -> Any:
             *forms.compute_fields("recommend", q,
                                   ["measured"] + sorted(jobs.api("emulator", "DEVICES")),
                                   list(jobs.api("emulator", "PRECISIONS")),
-                                  list(jobs.api("qsgd", "CHECKPOINTING"))),
+                                  list(jobs.api("qsgd", "CHECKPOINTING")),
+                                  list(jobs.api("emulator", "ATTENTION_KERNELS"))),
         ], className="row"),
         html.Div([
             html.Div([label("budget", "recommend-budget"),
@@ -235,7 +240,8 @@ def register(app, ctx) -> None:
               State("recommend-value", "value"), State("recommend-transports", "value"),
               State("recommend-device", "value"), State("recommend-batch", "value"),
               State("recommend-precision", "value"), State("recommend-parallelism", "value"),
-              State("recommend-checkpointing", "value"), State("recommend-tab", "data")]
+              State("recommend-checkpointing", "value"), State("recommend-attention", "value"),
+              State("recommend-tab", "data")]
 
     # the What-if page writes the URL too: a second writer of url.search
     @app.callback(Output("url", "search", allow_duplicate=True),
@@ -254,7 +260,7 @@ def register(app, ctx) -> None:
         cancel=[Input("recommend-cancel", "n_clicks")],
     )
     def _run(set_progress, _n, model, trace_up, trace_name, spec, size, budget, value, transports,
-             device, batch, precision, parallelism, checkpointing, _tab):
+             device, batch, precision, parallelism, checkpointing, attention, _tab):
         def progress(done, total, text):
             set_progress((str(done), str(max(total, 1)), text))
 
@@ -263,7 +269,7 @@ def register(app, ctx) -> None:
                                       spec=spec, size=size, budget=budget, value=value,
                                       transports=transports, device=device, batch=batch,
                                       precision=precision, parallelism=parallelism,
-                                      checkpointing=checkpointing)
+                                      checkpointing=checkpointing, attention=attention)
             params["cache_dir"] = ctx.cache_dir
             results = recommendjobs.recommend_job(params, progress)
         except (ValueError, RuntimeError, OSError) as exc:

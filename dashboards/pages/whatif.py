@@ -7,8 +7,9 @@ file), a model (its layout and operators recorded on the meta device; measured o
 only for the device "measured") or an uploaded PayloadTrace, bit widths, bucket size,
 transports, world sizes, a target device (default: the topology's own GPU), the batch per GPU
 and the precision (default: the model's usual batch, the GPU's usual precision), the data
-parallelism (DDP or a sharded strategy) and activation checkpointing (default: as the trace
-was recorded; the conclusions say what the compute model assumed). "Run" starts
+parallelism (DDP or a sharded strategy), activation checkpointing (default: as the trace
+was recorded) and the fused attention kernel (default: FlashAttention-2, as ``qsgd-emu study
+--attention-kernel``); the conclusions say what the compute model assumed. "Run" starts
 a Dash background callback (its own process, with progress and cancel), so the page never
 freezes and two tabs run studies at once. The inputs are mirrored into the URL query string, so a study can be shared by URL.
 A ladder picker fills the sizes (:data:`LADDERS`: the default 8-128 GPUs, or 8, 64 and 8,192
@@ -48,6 +49,7 @@ DEFAULTS: dict[str, Any] = {
     "precision": "",
     "parallelism": "ddp",
     "checkpointing": "",
+    "attention": "",
     "metric": "throughput_samples_s",
 }
 #: World-size ladders offered next to the sizes field: (label, sizes). The second reaches
@@ -57,6 +59,8 @@ DEFAULTS: dict[str, Any] = {
 #: (benchmarks/RESULTS.md, issue 34).
 LADDERS = (("8-128 GPUs (1-16 machines, ~20 s)", "8,16,32,64,128"),
            ("8, 64 and 8,192 GPUs (up to 1,024 machines, 1-2 min)", "8,64,8192"))
+#: choices shown in their registry's order (the usual first); the others are sorted
+IN_REGISTRY_ORDER = frozenset({"precision", "parallelism", "checkpointing", "attention"})
 #: URL query key -> form component id (the state that a shared URL restores).
 QUERY_IDS: dict[str, str] = {
     "topology": "whatif-topology", "spec": "whatif-spec", "model": "whatif-model",
@@ -64,12 +68,14 @@ QUERY_IDS: dict[str, str] = {
     "sizes": "whatif-sizes", "device": "whatif-device", "batch": "whatif-batch",
     "precision": "whatif-precision", "metric": "whatif-metric",
     "parallelism": "whatif-parallelism", "checkpointing": "whatif-checkpointing",
+    "attention": "whatif-attention",
 }
 
 
 def params_from_form(*, topology, spec, topology_upload, topology_filename, model, trace_upload,
                      trace_filename, bits, bucket, transports, sizes, device, batch=None,
-                     precision=None, parallelism=None, checkpointing=None) -> dict:
+                     precision=None, parallelism=None, checkpointing=None,
+                     attention=None) -> dict:
     """Validated study parameters (JSON-ready) from the raw form values.
 
     Raises
@@ -119,6 +125,9 @@ def params_from_form(*, topology, spec, topology_upload, topology_filename, mode
     # empty: as the trace's operators were recorded (a model picked here: none)
     params["checkpointing"] = forms.parse_choice(checkpointing, "whatif-checkpointing",
                                                  jobs.api("qsgd", "CHECKPOINTING"))
+    # empty: FlashAttention-2, what PyTorch's SDPA runs (emulator.compute.DEFAULT_ATTENTION)
+    params["attention"] = forms.parse_choice(attention, "whatif-attention",
+                                             jobs.api("emulator", "ATTENTION_KERNELS"))
     return params
 
 
@@ -169,20 +178,21 @@ def _options(ctx) -> tuple[dict[str, list], str]:
     import topologies
 
     opts = {"topology": sorted(topologies.PRESETS), "model": [], "transports": [], "device": [],
-            "precision": [], "parallelism": [], "checkpointing": []}
+            "precision": [], "parallelism": [], "checkpointing": [], "attention": []}
     problems = []
     for key, (module, name) in {"model": ("qsgd", "MODELS"), "device": ("emulator", "DEVICES"),
                                 "transports": ("emulator", "TRANSPORTS"),
                                 "precision": ("emulator", "PRECISIONS"),
                                 "parallelism": ("qsgd", "STRATEGIES"),
-                                "checkpointing": ("qsgd", "CHECKPOINTING")}.items():
+                                "checkpointing": ("qsgd", "CHECKPOINTING"),
+                                "attention": ("emulator", "ATTENTION_KERNELS")}.items():
         try:
             names = jobs.api(module, name)
         except RuntimeError as exc:
             problems.append(str(exc))
             continue
         opts[key] = jobs.qsgd_transports() if key == "transports" else \
-            list(names) if key in ("precision", "parallelism", "checkpointing") else sorted(names)
+            list(names) if key in IN_REGISTRY_ORDER else sorted(names)
     if opts["device"]:
         opts["device"] = ["measured"] + opts["device"]
     return opts, "; ".join(problems)
@@ -198,7 +208,7 @@ def layout(query: Mapping[str, str], ctx) -> Any:
     transports = forms.query_list(q, "transports", transports_default)
     label = lambda text, for_id: html.Label(text, htmlFor=for_id)  # noqa: E731
     compute = forms.compute_fields("whatif", q, opts["device"], opts["precision"],
-                                   opts["checkpointing"])
+                                   opts["checkpointing"], opts["attention"])
     return html.Div([
         html.H2("What-if: QSGD on your cluster"),
         html.Div([
@@ -223,7 +233,7 @@ def layout(query: Mapping[str, str], ctx) -> Any:
                       dcc.Dropdown(id="whatif-parallelism", options=opts["parallelism"],
                                    value=q.get("parallelism", DEFAULTS["parallelism"]),
                                    clearable=False)], className="field"),
-            compute[3],
+            *compute[3:],
         ], className="row"),
         html.Div([
             html.Div([label("bits", "whatif-bits"),
@@ -286,7 +296,7 @@ def register(app, ctx) -> None:
         State("whatif-sizes", "value"), State("whatif-device", "value"),
         State("whatif-batch", "value"), State("whatif-precision", "value"),
         State("whatif-parallelism", "value"), State("whatif-checkpointing", "value"),
-        State("whatif-tab", "data"),
+        State("whatif-attention", "value"), State("whatif-tab", "data"),
     ]
 
     @app.callback(Output("url", "search"), [Input(i, "value") for i in QUERY_IDS.values()],
@@ -306,7 +316,7 @@ def register(app, ctx) -> None:
     )
     def _run(set_progress, _n, topology, spec, topo_up, topo_name, model, trace_up, trace_name,
              bits, bucket, transports, sizes, device, batch, precision, parallelism,
-             checkpointing, _tab):
+             checkpointing, attention, _tab):
         def progress(done, total, text):
             set_progress((str(done), str(max(total, 1)), text))
 
@@ -316,7 +326,7 @@ def register(app, ctx) -> None:
                 topology_filename=topo_name, model=model, trace_upload=trace_up,
                 trace_filename=trace_name, bits=bits, bucket=bucket, transports=transports,
                 sizes=sizes, device=device, batch=batch, precision=precision,
-                parallelism=parallelism, checkpointing=checkpointing)
+                parallelism=parallelism, checkpointing=checkpointing, attention=attention)
             params["cache_dir"] = ctx.cache_dir  # measured traces are reused across studies
             results = jobs.whatif_job(params, progress)
         except (ValueError, RuntimeError, OSError) as exc:

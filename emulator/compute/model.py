@@ -398,6 +398,9 @@ class ComputeModel:
             how = f"per-operator roofline of the trace's operators ({dev.source})"
         if any(op.kind == "attention" for op in opset.ops):
             how += f"; attention: {kernel.label}"
+        elif attention is not None:
+            how += (f"; attention kernel {kernel.name!r} not applied: the trace has no fused "
+                    f"attention operator")
         if ops.extra.get("checkpointing", "none") != "none":
             from qsgd import CHECKPOINTING
 

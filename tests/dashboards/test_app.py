@@ -51,7 +51,8 @@ def test_url_query_restores_whatif_inputs(app):
     from dashboards.pages import PAGES, whatif
 
     by_path = {p.PATH: p for p in PAGES}
-    page = render_page("/whatif", "?sizes=2%2C4&bits=32%2C4&model=mlp&metric=iteration_s",
+    page = render_page("/whatif", "?sizes=2%2C4&bits=32%2C4&model=mlp&metric=iteration_s"
+                                  "&attention=flash1&checkpointing=blocks",
                        by_path, app._qsgd_context)
     values = {}
     stack = [page]
@@ -69,6 +70,9 @@ def test_url_query_restores_whatif_inputs(app):
     assert values["whatif-bits"] == [32, 4]
     assert values["whatif-model"] == "mlp"
     assert values["whatif-metric"] == "iteration_s"
+    assert (values["whatif-attention"], values["whatif-checkpointing"]) == ("flash1", "blocks")
+    # every field the URL holds is on the page
+    assert set(values) == set(whatif.QUERY_IDS.values())
 
 
 def test_callbacks_registered(app):

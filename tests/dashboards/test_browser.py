@@ -165,10 +165,11 @@ def test_whatif_bad_input_shows_a_message_and_the_server_stays_up(server, page):
     page.click("#whatif-clear-uploads")
     page.wait_for_function(
         "() => document.getElementById('whatif-upload-names').innerText === 'no uploads'")
-    # a shared URL restores the activation checkpointing picked
-    page.goto(f"{server.url}/whatif?{STUDY_QUERY}&checkpointing=blocks_full")
+    # a shared URL restores the activation checkpointing and the attention kernel picked
+    page.goto(f"{server.url}/whatif?{STUDY_QUERY}&checkpointing=blocks_full&attention=triton")
     page.wait_for_selector("#whatif-run")
     assert page.inner_text("#whatif-checkpointing").strip() == "blocks_full"
+    assert page.inner_text("#whatif-attention").strip() == "triton"
     assert server.alive()
 
 

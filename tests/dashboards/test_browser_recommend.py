@@ -57,6 +57,8 @@ def test_recommend_picks_a_strategy_at_the_batch_and_precision_set(server, page)
     type_into(page, "#recommend-batch", "32")
     page.click("#recommend-precision")
     page.get_by_role("option", name="amp-fp16", exact=True).click()
+    page.click("#recommend-attention")
+    page.get_by_role("option", name="triton", exact=True).click()
     # ddp (widths per layer) is picked; add two sharded strategies beside it
     page.click("#recommend-parallelism")
     page.get_by_role("option", name="fsdp", exact=True).click()
@@ -65,6 +67,7 @@ def test_recommend_picks_a_strategy_at_the_batch_and_precision_set(server, page)
     # the fields are shared by URL, as the What-if page's
     page.wait_for_function("() => location.search.includes('parallelism=ddp%2Cfsdp%2Czero2')")
     assert "batch=32" in page.url and "precision=amp-fp16" in page.url
+    assert "attention=triton" in page.url
     page.click("#recommend-run")
     page.wait_for_selector("#recommend-strategy-table tbody tr", timeout=120_000)
     rows = page.eval_on_selector_all(
@@ -84,6 +87,8 @@ def test_recommend_picks_a_strategy_at_the_batch_and_precision_set(server, page)
     text = page.inner_text("#recommend-config")
     assert text.startswith(f"# {picked['cells'][0]} with ")
     assert "# assumed: H100-SXM amp-fp16 at batch 32 per GPU" in text
+    # the kernel reached the job, which says the MLP has no fused attention for it to time
+    assert "attention kernel 'triton' not applied: the trace has no fused attention" in text
     front = wait_figure(page, "recommend-front", lambda f: f["names"] == [], 30)
     assert front is not None
     assert "strategy recommendation: see the table" in page.inner_text("#recommend-front")

@@ -71,3 +71,20 @@ def test_query_round_trip():
     assert forms.query_list(back, "absent", [32], int) == [32]
     assert forms.query_list({"bits": "x,4"}, "bits", [32], int) == [32]
     assert forms.to_query({}) == ""
+
+
+def test_compute_fields_restore_the_query_and_offer_the_attention_kernels():
+    """The What-if's and the Recommend's compute fields: ids under the page's name, each value
+    the URL's, empty (its placeholder saying the default) otherwise."""
+    fields = forms.compute_fields("whatif", {"batch": "32", "attention": "triton"}, ["H100-SXM"],
+                                  ["amp-bf16"], ["none", "blocks"], ["flash2", "flash1", "triton"])
+    inputs = {f.children[1].id: f.children[1] for f in fields}
+    assert list(inputs) == ["whatif-device", "whatif-batch", "whatif-precision",
+                            "whatif-checkpointing", "whatif-attention"]
+    assert [f.children[0].children for f in fields][-1] == "attention kernel"
+    attention = inputs["whatif-attention"]
+    assert (attention.value, attention.options) == ("triton", ["flash2", "flash1", "triton"])
+    assert inputs["whatif-batch"].value == "32" and inputs["whatif-device"].value is None
+    empty = forms.compute_fields("recommend", {}, [], [], [], ["flash2"])[-1].children[1]
+    assert (empty.id, empty.value) == ("recommend-attention", None)
+    assert empty.placeholder.startswith("FlashAttention-2")

@@ -27,7 +27,7 @@ def test_whatif_form_to_params():
                  "bucket_size": 512,
                  "transports": ["qsgd_allgather"], "world_sizes": [2, 4, 8], "device": None,
                  "batch_size": None, "precision": None, "parallelism": "ddp",
-                 "checkpointing": None}
+                 "checkpointing": None, "attention": None}
     p = whatif.params_from_form(**dict(FORM, spec=" switch:{n} "))
     assert p["topology"] == "switch:{n}"
     # Only fp32/fp16 picked: no QSGD transport is needed.
@@ -125,7 +125,16 @@ def test_whatif_job_takes_a_sharded_strategy(tmp_path):
     assert all(r["memory_per_gpu"] > 0 for r in out["rows"])
 
 
-def test_whatif_job_checkpoints_activations_when_asked(tmp_path):
+@pytest.fixture(scope="module")
+def gpt2_trace() -> dict:
+    """GPT-2's layout and operators recorded once on the meta device, given as an uploaded
+    trace would be (each job would otherwise record them again: 3-8 s each)."""
+    import qsgd
+
+    return qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta").to_dict()
+
+
+def test_whatif_job_checkpoints_activations_when_asked(tmp_path, gpt2_trace):
     """The form's activation checkpointing re-records the model's step: a batch whose
     activations do not fit an H100 under FSDP fits with every block checkpointed, and the
     conclusions say what the compute model assumed."""
@@ -133,10 +142,7 @@ def test_whatif_job_checkpoints_activations_when_asked(tmp_path):
 
     form = dict(FORM, topology="dgx_h100", model="gpt2", bits=[32], transports=[], sizes="8",
                 batch="96", precision="amp-bf16", parallelism="fsdp")
-    # GPT-2's layout and operators recorded once on the meta device, given as an uploaded
-    # trace would be (each job would otherwise record them again: 8 s each)
-    trace = qsgd.measure("gpt2", qsgd.QSGDConfig.from_bits(4), device="meta").to_dict()
-    params = dict(whatif.params_from_form(**form), cache_dir=str(tmp_path), trace=trace)
+    params = dict(whatif.params_from_form(**form), cache_dir=str(tmp_path), trace=gpt2_trace)
     with pytest.raises(DashboardError, match="gpt2 at batch 96 per GPU needs"):
         jobs.whatif_job(params)
     out = jobs.whatif_job(dict(params, checkpointing="blocks"))
@@ -157,6 +163,49 @@ def test_whatif_checkpointing_field():
     with pytest.raises(DashboardError, match="whatif-checkpointing: 'layers' is not one of "
                                              "none, blocks, blocks_full"):
         whatif.params_from_form(**dict(FORM, checkpointing="layers"))
+
+
+def test_whatif_attention_field():
+    """The kernel picked reaches the study's parameters; empty is the default (None:
+    FlashAttention-2); an unknown one is a one-line error naming the field and the value."""
+    import emulator
+
+    assert whatif.params_from_form(**dict(FORM, attention="triton"))["attention"] == "triton"
+    assert whatif.params_from_form(**dict(FORM, attention=""))["attention"] is None
+    with pytest.raises(DashboardError) as err:
+        whatif.params_from_form(**dict(FORM, attention="flash3"))
+    assert str(err.value) == ("whatif-attention: 'flash3' is not one of "
+                              + ", ".join(emulator.ATTENTION_KERNELS))
+
+
+def test_whatif_job_times_the_attention_kernel_asked_for(tmp_path, gpt2_trace):
+    """GPT-2's fused attention on the kernel picked: a slower step than on FlashAttention-2,
+    and the conclusions name the kernel, as ``qsgd-emu study --attention-kernel`` prints it."""
+    import emulator
+
+    form = dict(FORM, topology="dgx_h100", model="gpt2", bits=[32], transports=[], sizes="8")
+    params = dict(whatif.params_from_form(**form), cache_dir=str(tmp_path), trace=gpt2_trace)
+    fa2, triton = (jobs.whatif_job(dict(params, attention=name)) for name in (None, "triton"))
+    assert triton["rows"][0]["iteration_s"] > fa2["rows"][0]["iteration_s"]
+    for out, name in ((fa2, "flash2"), (triton, "triton")):
+        assert f"; attention: {emulator.ATTENTION_KERNELS[name].label};" in out["conclusions"][0]
+
+
+def test_the_assumed_line_says_when_the_attention_kernel_did_not_apply():
+    """A trace without fused attention (the MLP) or the device "measured" times no kernel: the
+    line says so rather than leave the kernel picked unmentioned (the compute model says the
+    first, the job the second)."""
+    import emulator
+    import qsgd
+
+    mlp = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta")
+    model = emulator.ComputeModel.for_device("H100-SXM", mlp, attention="flash1")
+    assert jobs.assumed(model) == jobs.assumed(model, "flash1") == model.source
+    assert model.source.count("attention kernel 'flash1' not applied: the trace has no fused "
+                              "attention operator") == 1
+    assert jobs.assumed(emulator.ComputeModel(), "triton").endswith(
+        "attention kernel 'triton' not applied: the device 'measured' replays the trace's own "
+        "seconds")
 
 
 def test_whatif_csv_and_empty_figures():

@@ -1,4 +1,5 @@
-"""The Recommend page's batch, precision, activation checkpointing and data parallelism: the
+"""The Recommend page's batch, precision, activation checkpointing, attention kernel and data
+parallelism: the
 form's parsing and one-line errors, and the job's strategy path (``qsgd-emu recommend
 --parallelism``'s, through the same emulator function)."""
 from __future__ import annotations
@@ -16,12 +17,13 @@ FORM = dict(model="mlp", trace_upload=None, trace_filename=None, spec="cluster:d
 
 def test_the_new_fields_default_to_what_the_page_did_before():
     p = recommend.params_from_form(**FORM)
-    assert (p["batch_size"], p["precision"], p["checkpointing"], p["parallelism"]) == (
-        None, None, None, "ddp")
+    assert (p["batch_size"], p["precision"], p["checkpointing"], p["attention"],
+            p["parallelism"]) == (None, None, None, None, "ddp")
     p = recommend.params_from_form(**dict(FORM, batch="96", precision="amp-fp16",
-                                          checkpointing="blocks_full", parallelism=["ddp"]))
-    assert (p["batch_size"], p["precision"], p["checkpointing"], p["parallelism"]) == (
-        96, "amp-fp16", "blocks_full", "ddp")
+                                          checkpointing="blocks_full", attention="flash1",
+                                          parallelism=["ddp"]))
+    assert (p["batch_size"], p["precision"], p["checkpointing"], p["attention"],
+            p["parallelism"]) == (96, "amp-fp16", "blocks_full", "flash1", "ddp")
 
 
 @pytest.mark.parametrize("picked, parallelism", [
@@ -47,6 +49,8 @@ def _allowed(module: str, name: str) -> str:
                                     + _allowed("emulator", "PRECISIONS")),
     ({"checkpointing": "layers"}, lambda: "recommend-checkpointing: 'layers' is not one of "
                                           + _allowed("qsgd", "CHECKPOINTING")),
+    ({"attention": "flash3"}, lambda: "recommend-attention: 'flash3' is not one of "
+                                      + _allowed("emulator", "ATTENTION_KERNELS")),
     ({"parallelism": ["fsdp", "pipeline"]}, lambda: "recommend-parallelism: 'pipeline' is not "
                                                     "one of auto, " + _allowed("qsgd", "STRATEGIES")),
 ])
@@ -63,7 +67,7 @@ def test_the_strategy_path_picks_as_the_cli_does_and_draws_a_table(tmp_path):
     message."""
     import emulator
 
-    form = dict(FORM, value="4", batch="64", precision="amp-fp16",
+    form = dict(FORM, value="4", batch="64", precision="amp-fp16", attention="triton",
                 parallelism=["zero2", "fsdp", "ddp"])
     params = dict(recommend.params_from_form(**form), cache_dir=str(tmp_path))
     out = recommendjobs.recommend_job(params)
@@ -78,6 +82,10 @@ def test_the_strategy_path_picks_as_the_cli_does_and_draws_a_table(tmp_path):
             out["compute"]["device"]) == (64, "amp-fp16", "A100-80GB")
     assert out["text"].startswith(f"# {choice['best']['strategy']} with ")
     assert "# assumed: A100-80GB amp-fp16 at batch 64 per GPU" in out["text"]
+    # the kernel reaches the compute model; the MLP has no fused attention for it to time
+    assert out["compute"]["attention"] == "triton"
+    assert "; attention kernel 'triton' not applied: the trace has no fused attention " \
+        "operator" in out["text"].splitlines()[1]
     # what `qsgd-emu recommend --parallelism zero2,fsdp,ddp --max-bits-per-element 4` computes
     import qsgd
 
@@ -153,7 +161,8 @@ def test_a_shared_url_restores_the_new_fields():
     from dashboards import forms
 
     query = forms.to_query({"model": "mlp", "batch": 32, "precision": "amp-fp16",
-                            "checkpointing": "blocks", "parallelism": ["ddp", "fsdp"],
+                            "checkpointing": "blocks", "attention": "triton",
+                            "parallelism": ["ddp", "fsdp"],
                             "transports": ["qsgd_allgather"]})
     values, stack = {}, [recommend.layout(forms.from_query(query), None)]
     while stack:
@@ -167,6 +176,6 @@ def test_a_shared_url_restores_the_new_fields():
             stack.append(c.children)
     assert set(values) == set(recommend.QUERY_IDS.values())
     assert (values["recommend-batch"], values["recommend-precision"],
-            values["recommend-checkpointing"], values["recommend-parallelism"],
-            values["recommend-transports"]) == ("32", "amp-fp16", "blocks", ["ddp", "fsdp"],
-                                                 ["qsgd_allgather"])
+            values["recommend-checkpointing"], values["recommend-attention"],
+            values["recommend-parallelism"], values["recommend-transports"]) == (
+        "32", "amp-fp16", "blocks", "triton", ["ddp", "fsdp"], ["qsgd_allgather"])

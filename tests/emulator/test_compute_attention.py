@@ -92,6 +92,9 @@ def test_a_compute_model_carries_the_kernel_says_it_and_shards_with_it(gpt2):
     # a model without attention says nothing about it
     mlp = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta")
     assert "attention" not in ComputeModel.for_device("H100", mlp, batch_size=8).source
+    # unless a kernel was asked for: then it says the kernel did not apply
+    said = ComputeModel.for_device("H100", mlp, batch_size=8, attention="triton").source
+    assert "attention kernel 'triton' not applied: the trace has no fused attention operator" in said
 
 
 def test_a_study_times_its_topologies_on_the_kernel_asked_for(gpt2):
