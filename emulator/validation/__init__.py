@@ -4,10 +4,12 @@ Real collectives and training steps (measured by :mod:`testbench`, or NVIDIA ncc
 read by :func:`import_nccl_tests`) arrive as a :class:`MeasuredTrace`; :func:`calibrate` fits
 link latency and bandwidth per link class; :func:`compare` predicts the other points with the
 emulator and scores them in a :class:`ValidationReport`. :func:`validate_compute` checks the
-compute model against published single-GPU training throughput.
+compute model against published single-GPU training throughput, and
+:func:`validate_attention` its attention kernels against FlashAttention-2's end-to-end table.
 :func:`validate_published` predicts the registry of published multi-GPU training runs
 (:func:`load_published`) with the project's defaults.
 """
+from .attention import AttentionCase, load_attention_cases, validate_attention
 from .calibrate import Calibration, calibrate
 from .compute import ComputeCase, load_cases as load_compute_cases, predict_case, validate_compute
 from .compare import ValidationReport, compare
@@ -24,4 +26,4 @@ __all__ = ["MeasuredTrace", "CollectivePoint", "TrainingPoint", "ValidationRepor
            "load_compute_cases", "predict_case", "validate_compute", "PublishedRun",
            "PublishedPoint", "load_published", "load_published_run", "validate_published",
            "PUBLISHED_COLUMNS", "published_rows", "published_summary", "published_text",
-           "published_html"]
+           "published_html", "AttentionCase", "load_attention_cases", "validate_attention"]

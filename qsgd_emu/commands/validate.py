@@ -9,6 +9,8 @@ Actions::
     qsgd-emu validate import-nccl-tests LOG --out trace.json [--op allreduce] [--topology SPEC]
     qsgd-emu validate compute [--cases PATH] [--out rows.json] [--json]
         The compute model against published single-GPU training throughput.
+    qsgd-emu validate attention [--cases PATH] [--out rows.json] [--json]
+        The attention kernels against FlashAttention-2's end-to-end table (its Table 1).
     qsgd-emu validate published [--registry DIR] [--ids a,b] [--max-world-size N]
                                 [--out DIR] [--json]
         Every published multi-GPU training run of the registry predicted with the project's
@@ -63,6 +65,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="a qsgd-published-compute JSON (default: the project's, "
                         "tests/emulator/data/compute/published_throughput.json)")
     p.add_argument("--ids", default=None, help="comma list of case ids (default all)")
+    p.add_argument("--out", default=None, type=output_file, help="write the rows as JSON here")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = sub.add_parser("attention", help="the attention kernels against FlashAttention-2's "
+                                         "published end-to-end training speeds")
+    p.add_argument("--cases", default=None, metavar="PATH",
+                   help="a qsgd-published-attention JSON (default: the project's, "
+                        "tests/emulator/data/compute/flashattention2_table1.json)")
     p.add_argument("--out", default=None, type=output_file, help="write the rows as JSON here")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -386,6 +396,28 @@ def _compute(args) -> int:
     return 0
 
 
+def _attention(args) -> int:
+    from emulator.validation import validate_attention
+
+    out = validate_attention(args.cases, progress=counted("validate attention", "cases"))
+    if args.out:
+        write_json(args.out, out)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{'row':22s} {'attention':24s} {'published':>9s} {'predicted':>9s} {'error':>7s}")
+    for r in out["rows"]:
+        print(f"{r['row']:22s} {r['column'][:24]:24s} {r['published']:9.1f} "
+              f"{r['predicted']:9.1f} {r['error']:+7.1%}")
+    print("speedups between columns (published / predicted):")
+    for s in out["speedups"]:
+        print(f"  {s['row']:22s} {s['pair']:16s} {s['published']:.2f}x / {s['predicted']:.2f}x")
+    print(f"{len(out['rows'])} runs (model TFLOP/s per GPU, {out['source'].get('table_or_file', '')}"
+          f"): median |error| {out['median_abs_error']:.1%}, max {out['max_abs_error']:.1%}. "
+          f"Nothing is fitted to them; the kernels' ratios are the paper's section 4.1.")
+    return 0
+
+
 def _published(args) -> int:
     from emulator.validation import published_html, published_text, validate_published
 
@@ -414,7 +446,7 @@ def _published(args) -> int:
 
 ACTIONS = {"run": _run, "testbed": _testbed, "import-nccl-tests": _import,
            "calibrate": _calibrate, "compare": _compare, "compute": _compute,
-           "published": _published}
+           "attention": _attention, "published": _published}
 
 
 def run(args) -> int:
