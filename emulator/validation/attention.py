@@ -17,15 +17,15 @@ one NVLink node) hides behind backward.
 """
 from __future__ import annotations
 
-import json
 import os
 import statistics
 from dataclasses import dataclass
 
 from emulator.compute import (ATTENTION_KERNELS, device as device_named,
                               precision as precision_named, step_times)
-from emulator.errors import ConfigError, TraceError
+from emulator.errors import TraceError
 from emulator._checks import is_int, is_number
+from .compute import check_target, need, operators_of, predict_all, read_cases, repo_path
 
 FORMAT = "qsgd-published-attention"
 #: Where the published cases are kept (relative to the repository).
@@ -47,12 +47,6 @@ class AttentionCase:
     tflops_per_gpu: float
 
 
-def _need(case: dict, key: str, where: str):
-    if key not in case:
-        raise TraceError(f"{where}.{key} is missing")
-    return case[key]
-
-
 def load_attention_cases(path: str | os.PathLike | None = None) -> tuple[list[AttentionCase], dict]:
     """The cases of a ``qsgd-published-attention`` file and its source; errors name the file
     and the field.
@@ -64,57 +58,30 @@ def load_attention_cases(path: str | os.PathLike | None = None) -> tuple[list[At
     (8, ['flash1', 'flash2'])
     """
     path = os.fspath(path or _default_path())
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != 1:
-        raise TraceError(f"{path}: format must be {FORMAT!r} version 1")
-    cases = doc.get("cases")
-    if not isinstance(cases, list) or not cases:
-        raise TraceError(f"{path}: cases must be a non-empty list")
+    doc, cases = read_cases(path, FORMAT)
     out = []
-    for i, c in enumerate(cases):
-        where = f"{path}: cases[{i}]"
-        if not isinstance(c, dict):
-            raise TraceError(f"{where} must be an object, got {c!r}")
-        zoo = _need(c, "zoo", where)
+    for where, c in cases:
+        zoo = need(c, "zoo", where)
         if not isinstance(zoo, dict) or zoo.get("model") != "gpt2" or not isinstance(zoo.get("args"), dict):
             raise TraceError(f"{where}.zoo must be {{'model': 'gpt2', 'args': {{...}}}}, got {zoo!r}")
-        attention = _need(c, "attention", where)
+        attention = need(c, "attention", where)
         if attention not in ATTENTION_KERNELS:
             raise TraceError(f"{where}.attention must be one of {sorted(ATTENTION_KERNELS)}, got "
                              f"{attention!r}")
-        batch, rate = _need(c, "batch_size", where), _need(c, "tflops_per_gpu", where)
+        batch, rate = need(c, "batch_size", where), need(c, "tflops_per_gpu", where)
         if not is_int(batch) or batch < 1:
             raise TraceError(f"{where}.batch_size must be a positive int, got {batch!r}")
         if not is_number(rate) or not rate > 0:
             raise TraceError(f"{where}.tflops_per_gpu must be a number > 0, got {rate!r}")
-        try:
-            device_named(_need(c, "device", where))
-            precision_named(_need(c, "precision", where))
-        except ValueError as exc:
-            raise TraceError(f"{where}: {exc}") from None
-        out.append(AttentionCase(str(_need(c, "id", where)), str(c.get("row", "")),
+        check_target(c, where)
+        out.append(AttentionCase(str(need(c, "id", where)), str(c.get("row", "")),
                                  str(c.get("column", "")), dict(zoo["args"]), attention,
                                  c["device"], c["precision"], batch, float(rate)))
     return out, doc.get("source", {})
 
 
 def _default_path() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(os.path.dirname(os.path.dirname(here)), DEFAULT_PATH)
-
-
-def _operators(args: tuple, family: str):
-    import torch
-
-    import qsgd
-
-    with torch.device("meta"):
-        m = qsgd.build_model("gpt2", **dict(args))
-    return qsgd.record_operators(m, families=(family,))
+    return repo_path(DEFAULT_PATH)
 
 
 def predict_attention_case(case: AttentionCase, *, cache: dict | None = None) -> dict:
@@ -131,13 +98,8 @@ def predict_attention_case(case: AttentionCase, *, cache: dict | None = None) ->
     """
     dev, prec = device_named(case.device), precision_named(case.precision)
     prec.check(dev)
-    key = (tuple(sorted(case.args.items())), prec.family)
-    if cache is not None and key in cache:
-        ops = cache[key]
-    else:
-        ops = _operators(*key)
-        if cache is not None:
-            cache[key] = ops
+    ops = operators_of(("gpt2", tuple(sorted(case.args.items())), False, True, None, prec.family),
+                       cache)
     t = step_times(ops.family(prec.family), case.batch_size, dev, prec, attention=case.attention)
     seq, layers, hidden = case.args["seq_len"], case.args["n_layer"], case.args["n_embd"]
     flops_per_token = 6 * sum(ops.parameters.values()) + 12 * layers * hidden * seq
@@ -161,16 +123,7 @@ def validate_attention(path=None, *, progress=None) -> dict:
         ``max_abs_error``, ``source``.
     """
     cases, source = load_attention_cases(path)
-    if not cases:
-        raise ConfigError("no attention cases")
-    cache: dict = {}
-    rows = []
-    for i, c in enumerate(cases):
-        if progress is not None:
-            progress(i, len(cases), c.id)
-        rows.append(predict_attention_case(c, cache=cache))
-    if progress is not None:
-        progress(len(cases), len(cases), "")
+    rows = predict_all(cases, predict_attention_case, progress)
     by_row: dict = {}
     for r in rows:
         by_row.setdefault(r["row"], {})[r["attention"]] = r

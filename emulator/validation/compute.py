@@ -46,10 +46,43 @@ class ComputeCase:
     optimizer: str | None = None
 
 
-def _field(case: dict, key: str, where: str):
+def need(case: dict, key: str, where: str):
+    """``case[key]``; a one-line TraceError at ``where`` when it is missing."""
     if key not in case:
         raise TraceError(f"{where}.{key} is missing")
     return case[key]
+
+
+def read_cases(path: str, fmt: str) -> tuple[dict, list[tuple[str, dict]]]:
+    """The document of a case file of format ``fmt`` (version 1) and its cases, each with
+    where it is (``"PATH: cases[i]"``, for errors); a file that cannot be read, of another
+    format, or whose cases are not a non-empty list of objects is a one-line TraceError."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            doc = json.load(fh)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise TraceError(f"{path}: cannot read: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt or doc.get("version") != 1:
+        raise TraceError(f"{path}: format must be {fmt!r} version 1")
+    cases = doc.get("cases")
+    if not isinstance(cases, list) or not cases:
+        raise TraceError(f"{path}: cases must be a non-empty list")
+    out = []
+    for i, c in enumerate(cases):
+        where = f"{path}: cases[{i}]"
+        if not isinstance(c, dict):
+            raise TraceError(f"{where} must be an object, got {c!r}")
+        out.append((where, c))
+    return doc, out
+
+
+def check_target(case: dict, where: str) -> None:
+    """A case's ``device`` and ``precision`` are the catalogue's; else a one-line TraceError."""
+    try:
+        device_named(need(case, "device", where))
+        precision_named(need(case, "precision", where))
+    except ValueError as exc:
+        raise TraceError(f"{where}: {exc}") from None
 
 
 def load_cases(path: str | os.PathLike | None = None) -> list[ComputeCase]:
@@ -62,36 +95,20 @@ def load_cases(path: str | os.PathLike | None = None) -> list[ComputeCase]:
     True
     """
     path = os.fspath(path or _default_path())
-    try:
-        with open(path, encoding="utf-8") as fh:
-            doc = json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise TraceError(f"{path}: cannot read: {exc}") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or doc.get("version") != 1:
-        raise TraceError(f"{path}: format must be {FORMAT!r} version 1")
-    cases = doc.get("cases")
-    if not isinstance(cases, list) or not cases:
-        raise TraceError(f"{path}: cases must be a non-empty list")
+    _, cases = read_cases(path, FORMAT)
     out = []
-    for i, c in enumerate(cases):
-        where = f"{path}: cases[{i}]"
-        if not isinstance(c, dict):
-            raise TraceError(f"{where} must be an object, got {c!r}")
-        zoo = _field(c, "zoo", where)
+    for where, c in cases:
+        zoo = need(c, "zoo", where)
         if not isinstance(zoo, dict) or not isinstance(zoo.get("model"), str) \
                 or not isinstance(zoo.get("args", {}), dict):
             raise TraceError(f"{where}.zoo must be {{'model': name, 'args': {{...}}}}, got {zoo!r}")
-        batch, rate = _field(c, "batch_size", where), _field(c, "samples_per_s", where)
+        batch, rate = need(c, "batch_size", where), need(c, "samples_per_s", where)
         if not is_int(batch) or batch < 1:
             raise TraceError(f"{where}.batch_size must be a positive int, got {batch!r}")
         if not is_number(rate) or not math.isfinite(rate) or rate <= 0:
             raise TraceError(f"{where}.samples_per_s must be a number > 0, got {rate!r}")
-        try:
-            device_named(_field(c, "device", where))
-            precision_named(_field(c, "precision", where))
-        except ValueError as exc:
-            raise TraceError(f"{where}: {exc}") from None
-        src = _field(c, "source", where)
+        check_target(c, where)
+        src = need(c, "source", where)
         attention = zoo.get("attention", "fused")
         if attention not in ("fused", "math"):
             raise TraceError(f"{where}.zoo.attention must be 'fused' or 'math', got {attention!r}")
@@ -99,7 +116,7 @@ def load_cases(path: str | os.PathLike | None = None) -> list[ComputeCase]:
         if optimizer is not None and optimizer not in _optimizers():
             raise TraceError(f"{where}.zoo.optimizer must be one of {sorted(_optimizers())}, "
                              f"got {optimizer!r}")
-        out.append(ComputeCase(str(_field(c, "id", where)), zoo["model"], dict(zoo.get("args", {})),
+        out.append(ComputeCase(str(need(c, "id", where)), zoo["model"], dict(zoo.get("args", {})),
                                bool(zoo.get("channels_last", False)), attention == "fused",
                                c["device"], c["precision"],
                                batch, float(rate), src.get("title", "") if isinstance(src, dict) else str(src),
@@ -113,9 +130,14 @@ def _optimizers():
     return qsgd.OPTIMIZERS
 
 
-def _default_path() -> str:
+def repo_path(relative: str) -> str:
+    """``relative``, a path in the repository (where the case files are kept), made absolute."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return os.path.join(os.path.dirname(os.path.dirname(here)), DEFAULT_PATH)
+    return os.path.join(os.path.dirname(os.path.dirname(here)), relative)
+
+
+def _default_path() -> str:
+    return repo_path(DEFAULT_PATH)
 
 
 def _operators(model: str, args: tuple, channels_last: bool, fused_attention: bool,
@@ -128,6 +150,31 @@ def _operators(model: str, args: tuple, channels_last: bool, fused_attention: bo
         m = qsgd.build_model(model, **dict(args))
     return qsgd.record_operators(m, channels_last=channels_last, fused_attention=fused_attention,
                                  optimizer=optimizer, families=(family,))
+
+
+def operators_of(key: tuple, cache: dict | None):
+    """The operator records of ``key`` = (zoo model, its arguments as sorted items,
+    channels-last, fused attention, optimizer, operator family), recorded once per ``cache``."""
+    if cache is not None and key in cache:
+        return cache[key]
+    ops = _operators(*key)
+    if cache is not None:
+        cache[key] = ops
+    return ops
+
+
+def predict_all(cases, predict, progress=None) -> list[dict]:
+    """``predict(case, cache=...)`` of every case, recordings shared; ``progress(done, total,
+    case id)`` before the first and after each."""
+    cache: dict = {}
+    rows = []
+    for i, c in enumerate(cases):
+        if progress is not None:
+            progress(i, len(cases), c.id)
+        rows.append(predict(c, cache=cache))
+    if progress is not None:
+        progress(len(cases), len(cases), "")
+    return rows
 
 
 def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
@@ -145,12 +192,7 @@ def predict_case(case: ComputeCase, *, cache: dict | None = None) -> dict:
     # only the family the case's precision runs: one recording, not four
     key = (case.model, tuple(sorted(case.args.items())), case.channels_last, case.fused_attention,
            case.optimizer, prec.family)
-    if cache is not None and key in cache:
-        ops = cache[key]
-    else:
-        ops = _operators(*key)
-        if cache is not None:
-            cache[key] = ops
+    ops = operators_of(key, cache)
     t = step_times(ops.family(prec.family), case.batch_size, dev, prec)
     predicted = case.batch_size / t.step_s
     return {"id": case.id, "model": case.model, "device": dev.name, "precision": prec.name,
@@ -177,14 +219,7 @@ def validate_compute(path=None, *, ids=None, progress=None) -> dict:
             raise ConfigError(f"ids: {sorted(unknown)} are not cases of the compute validation "
                               f"(qsgd-emu validate compute --json lists them)")
     cases = [c for c in every if ids is None or c.id in ids]
-    cache: dict = {}
-    rows = []
-    for i, c in enumerate(cases):
-        if progress is not None:
-            progress(i, len(cases), c.id)
-        rows.append(predict_case(c, cache=cache))
-    if progress is not None:
-        progress(len(cases), len(cases), "")
+    rows = predict_all(cases, predict_case, progress)
     errs = [abs(r["error"]) for r in rows]
     return {"rows": rows, "median_abs_error": statistics.median(errs) if errs else None,
             "max_abs_error": max(errs) if errs else None,
