@@ -395,16 +395,19 @@ def check_operators(params: Mapping[str, Any], page: str = "whatif") -> None:
 def with_operators(trace, params: Mapping[str, Any], page: str = "whatif"):
     """``trace`` with the operator records the form asks for: the family of its precision (a
     cached or uploaded trace recorded before that family existed gets it recorded from its
-    model) and its activation checkpointing (recorded again the other way when it differs:
-    :func:`qsgd.add_operators`, one recording for both). Errors name ``page``'s fields."""
+    model), its activation checkpointing (recorded again the other way when it differs) and,
+    where a sharded strategy reports memory, backward's transients (a trace recorded before
+    them): :func:`qsgd.add_operators`, one recording for all. Errors name ``page``'s fields."""
     check_operators(params, page)
     prec = api("emulator", "PRECISIONS").get(params.get("precision") or "")
     ckpt = params.get("checkpointing") or None
-    if trace.operators is None or (prec is None and ckpt is None):
+    memory = (params.get("parallelism") or "ddp") != "ddp"
+    if trace.operators is None or (prec is None and ckpt is None and not memory):
         return trace
     try:
         return api("qsgd", "add_operators")(
-            trace, families=None if prec is None else (prec.family,), checkpointing=ckpt)
+            trace, families=None if prec is None else (prec.family,), checkpointing=ckpt,
+            transients=memory)
     except ValueError as exc:
         field = f"{page}-checkpointing {ckpt!r}" if ckpt else f"{page}-precision {prec.name!r}"
         raise DashboardError(f"{field}: {exc}") from None

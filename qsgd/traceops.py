@@ -21,7 +21,8 @@ __all__ = ["add_operators"]
 
 
 def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, *,
-                  model: nn.Module | None = None, checkpointing: str | None = None) -> PayloadTrace:
+                  model: nn.Module | None = None, checkpointing: str | None = None,
+                  transients: bool = False) -> PayloadTrace:
     """``trace`` with its model's operator records (:func:`qsgd.record_operators`), for a
     trace written before traces carried them (or carried these ``families``); the model is
     ``model`` (one built with arguments a name does not carry) or is built from
@@ -32,6 +33,10 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
     made) other than the trace's records ``families`` (default: every family it has) again
     with that activation checkpointing, in place of all it had (a measured step's
     per-operator seconds go with them: they timed another step).
+
+    ``transients``: also record backward's transient memory for the families recorded before
+    it was (:attr:`qsgd.operators.Operators.without_transients`), their other records and a
+    measured step's seconds kept as they are (what a report of memory needs).
 
     Raises
     ------
@@ -65,25 +70,30 @@ def add_operators(trace: PayloadTrace, families: tuple[str, ...] | None = None, 
             extra["checkpointing"] = checkpointing
         have = dataclasses.replace(have, families={}, measured=None, extra=extra)
     missing = tuple(f for f in families if have is None or f not in have.families)
-    if not missing:
+    stale = have.without_transients if transients and have is not None else ()
+    if not missing and not stale:
         return trace
     try:
         if model is None:
             with torch.device("meta"):
                 model = build_model(trace.model)
     except ModelError as exc:
-        what = "no operator records" if have is None else f"no {list(missing)} operator records"
+        what = ("no operator records" if have is None else
+                f"no {list(missing)} operator records" if missing else
+                f"no transient memory in its {list(stale)} records")
         raise TraceError(f"trace of {trace.model!r} has {what} and its model cannot "
                          f"be built here to record them: {exc}") from None
     # the new families as the others were recorded: layout, attention, checkpointing,
     # optimizer
     extra = {} if have is None else dict(have.extra)
-    new = record_operators(model, input_shape=trace.input_shape, families=missing,
+    new = record_operators(model, input_shape=trace.input_shape, families=missing + stale,
                            channels_last=extra.get("memory_format") == "channels_last",
                            fused_attention=extra.get("attention", "fused") != "math",
                            checkpointing=(checkpointing if checkpointing is not None else
                                           extra.get("checkpointing", "none")),
                            optimizer=optimizer)
     if have is not None:
-        new = dataclasses.replace(have, families={**have.families, **new.families})
+        kept = {f: dataclasses.replace(o, transient=new.families[f].transient) if f in stale else o
+                for f, o in have.families.items()}
+        new = dataclasses.replace(have, families={**kept, **{f: new.families[f] for f in missing}})
     return dataclasses.replace(trace, operators=new)

@@ -85,30 +85,15 @@ def ensure_operators(trace, precision: str | None = None, checkpointing: str | N
     elif family is not None and family not in ops.families:
         why = f"the trace of {trace.model} has no {family!r} operator records ({precision}); " \
               f"recording them"
-    elif memory and any(any(o.saved) and not any(o.transient) for o in ops.families.values()):
-        print(f"note: the trace of {trace.model} was recorded before backward's transient "
-              f"memory was; recording it from the model (meta device)", file=sys.stderr)
-        return _with_transients(trace)
+    elif memory and ops.without_transients:
+        why = f"the trace of {trace.model} was recorded before backward's transient memory " \
+              f"was; recording it"
     else:
         return trace
     print(f"note: {why} from the model (meta device)", file=sys.stderr)
     # the precision's family only where it is known (one recording, not three)
     return qsgd.add_operators(trace, families=(family,) if family else None,
-                              checkpointing=checkpointing)
-
-
-def _with_transients(trace):
-    """``trace`` with each family's ``transient`` recorded again from its model, the rest of
-    its records (and a measured step's seconds) as they are."""
-    import dataclasses
-
-    import qsgd
-
-    ops = trace.operators
-    bare = dataclasses.replace(trace, operators=dataclasses.replace(ops, families={}))
-    fresh = qsgd.add_operators(bare, families=tuple(ops.families)).operators.families
-    return dataclasses.replace(trace, operators=dataclasses.replace(ops, families={
-        f: dataclasses.replace(o, transient=fresh[f].transient) for f, o in ops.families.items()}))
+                              checkpointing=checkpointing, transients=memory)
 
 
 def operators_for(trace, args):

@@ -356,6 +356,13 @@ class Operators:
                              f"families=({name!r},)) records it from the model)")
         return self.families[name]
 
+    @property
+    def without_transients(self) -> tuple[str, ...]:
+        """Families recorded before backward's transient memory was (saved bytes, but a
+        ``transient`` of ``(0, 0)``): :func:`qsgd.add_operators` ``(transients=True)`` records
+        it for them."""
+        return tuple(f for f, o in self.families.items() if any(o.saved) and not any(o.transient))
+
     def to_dict(self) -> dict:
         d = {**self.extra, "method": self.method,
              "families": {k: v.to_dict() for k, v in self.families.items()}}

@@ -157,6 +157,22 @@ def test_whatif_job_checkpoints_activations_when_asked(tmp_path, gpt2_trace):
         jobs.whatif_job(dict(params, checkpointing="blocks", device="measured"))
 
 
+def test_a_sharded_job_records_the_transients_an_older_trace_lacks(gpt2_trace):
+    """As the command line's studies: a trace recorded before backward's transients gets them
+    where a sharded strategy reports memory, and is used as it is under DDP."""
+    import qsgd
+
+    doc = json.loads(json.dumps(gpt2_trace))
+    for fam in doc["operators"]["families"].values():
+        fam.pop("transient")
+    older = qsgd.PayloadTrace.from_dict(doc)
+    assert older.operators.without_transients
+    assert jobs.with_operators(older, {"parallelism": "ddp"}) is older
+    fsdp = jobs.with_operators(older, {"parallelism": "fsdp"})
+    assert fsdp.operators.without_transients == ()
+    assert fsdp.operators.families == qsgd.PayloadTrace.from_dict(gpt2_trace).operators.families
+
+
 def test_whatif_checkpointing_field():
     assert whatif.params_from_form(**dict(FORM, checkpointing="blocks_full"))[
         "checkpointing"] == "blocks_full"

@@ -302,6 +302,20 @@ def test_trace_operators_are_validated_and_older_versions_still_read(tmp_path):
     assert mixed.operators.family("half").optimizer == "adamw"
 
 
+def test_add_operators_records_the_transients_a_trace_from_before_them_lacks():
+    trace = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta")
+    ops = trace.operators
+    assert ops.without_transients == ()
+    older = dataclasses.replace(trace, operators=dataclasses.replace(ops, families={
+        f: dataclasses.replace(o, transient=(0, 0)) for f, o in ops.families.items()}))
+    assert older.operators.without_transients == tuple(ops.families)
+    # only where asked for (a report of memory): otherwise the trace is used as it is
+    assert qsgd.add_operators(older) is older
+    again = qsgd.add_operators(older, transients=True)
+    assert again.operators.families == ops.families and again.operators.without_transients == ()
+    assert qsgd.add_operators(trace, transients=True) is trace
+
+
 def test_add_operators_names_a_model_it_cannot_build():
     trace = dataclasses.replace(qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta"),
                                 operators=None, model="nosuch.module:Net")
