@@ -413,39 +413,6 @@ def with_operators(trace, params: Mapping[str, Any], page: str = "whatif"):
         raise DashboardError(f"{field}: {exc}") from None
 
 
-def assumed(model, attention: str | None = None) -> str:
-    """What the compute ``model`` assumed: its ``source``, and a clause saying that the form's
-    attention kernel did not apply where the model replays measured seconds.
-
-    Parameters
-    ----------
-    model : emulator.ComputeModel
-        The compute model a job resolved.
-    attention : str, optional
-        The kernel the form asked for (a key of ``emulator.ATTENTION_KERNELS``); None is the
-        default, FlashAttention-2.
-
-    Returns
-    -------
-    str
-        A model timed from operator records says its kernel itself
-        (:meth:`emulator.ComputeModel.for_device`: the kernel, or that a trace without fused
-        attention runs none); the device "measured" replays the trace's own seconds, which no
-        kernel changes, and this says so.
-
-    Examples
-    --------
-    >>> import emulator
-    >>> said = assumed(emulator.ComputeModel(), "flash1")
-    >>> said.startswith("measured seconds; attention kernel 'flash1' not applied: the device")
-    True
-    """
-    if attention is None or model.device != "measured":
-        return model.source
-    return (f"{model.source}; attention kernel {attention!r} not applied: the device 'measured' "
-            f"replays the trace's own seconds")
-
-
 def _topology_spec(params: Mapping[str, Any]) -> str:
     """The topology for the study: an uploaded file is saved and named by its path."""
     upload = params.get("topology_upload")
@@ -519,8 +486,7 @@ def whatif_job(params: Mapping[str, Any], progress: Progress = _no_progress) -> 
         pred.to_dict(), label=f"{best.label} at {best.world_size} GPUs on {best.topology_name}")
     # what the compute model assumed (device, precision, batch, checkpointing, attention
     # kernel), as the CLI prints it: the page's rows would otherwise not say it
-    said = [f"compute assumed on {spec}: {assumed(m, params.get('attention'))}"
-            for spec, m in models.items()]
+    said = [f"compute assumed on {spec}: {m.source}" for spec, m in models.items()]
     return {"rows": [r.to_dict() for r in study.rows], "gantt": gantt,
             "conclusions": said + study.conclusions(),
             "params": {k: v for k, v in params.items() if k not in ("trace", "topology_upload")}}

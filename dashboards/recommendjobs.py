@@ -96,7 +96,7 @@ def _widths(emulator, trace, G, compute, params, progress) -> dict:
         f"{rec.best.iteration_s * 1e3:.2f} ms per iteration, {rec.speedup_fp32:.2f}x over fp32, "
         f"{rec.speedup_fp16:.2f}x over fp16, variance increase {rec.best.variance:.4g}",
         *([f"# {rec.note}"] if rec.note else []),
-        f"# assumed: {jobs.assumed(compute, params.get('attention'))}",
+        f"# assumed: {compute.source}",
         rec.state_snippet()])
     out["compute"] = compute.to_dict()
     return out
@@ -121,6 +121,6 @@ def _strategy(emulator, trace, G, compute, params, progress) -> dict:
         f"{b.memory_per_gpu / 1e9:.3g} GB per GPU of {choice.device_memory}, at "
         f"{choice.world_size} GPUs",
         *[f"# note: {n}" for n in choice.notes],
-        f"# assumed: {jobs.assumed(compute, params.get('attention'))}"])
+        f"# assumed: {compute.source}"])
     return {"strategy": choice.to_dict(), "text": text, "compute": compute.to_dict(),
             "parallelism": parallelism}

@@ -15,6 +15,8 @@ from typing import Mapping
 from emulator.errors import ConfigError
 
 T = 1e12
+#: Bytes in a datasheet's gigabyte of GPU memory (:attr:`Device.memory_bytes`).
+GIB = 2 ** 30
 #: Math modes a device can have units for, in the order PyTorch would pick them.
 MODES = ("fp32", "tf32", "fp16", "bf16", "fp8")
 
@@ -100,9 +102,6 @@ def memory_label(nbytes: float) -> str:
     """
     return f"{nbytes / GIB:.0f} GiB ({nbytes / 1e9:.1f} GB)"
 
-
-#: Bytes in a datasheet's gigabyte of GPU memory (:attr:`Device.memory_bytes`).
-GIB = 2 ** 30
 
 
 def _d(name, arch, sms, fp32, tf32, fp16, bf16, fp8, bw, mem_gb, hbm, source, consumer=False):

@@ -372,9 +372,12 @@ class ComputeModel:
             The fused attention kernel (:data:`~emulator.compute.attention.ATTENTION_KERNELS`;
             default ``flash2``, what PyTorch's SDPA runs).
         """
-        if target == "measured":
-            return cls()
         kernel = attention_kernel(DEFAULT_ATTENTION if attention is None else attention)
+        if target == "measured":
+            # the trace's own seconds: no kernel changes them, and a kernel asked for is said so
+            return cls() if attention is None else cls(source=(
+                f"measured seconds; attention kernel {kernel.name!r} not applied: the device "
+                f"'measured' replays the trace's own seconds"))
         dev = device_named(target)
         prec = default_precision(dev) if precision is None else precision_named(precision)
         prec.check(dev)

@@ -88,7 +88,7 @@ class LiveBytes:
             raise RuntimeError("end_of_forward() was not called")
         skip = set()
         for t in excluded:
-            serial = self._alive.get(t.untyped_storage()._cdata)
+            serial = self._alive.get(_address(t))
             if serial is not None:
                 skip.add(serial)
         level = 0

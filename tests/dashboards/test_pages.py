@@ -207,21 +207,19 @@ def test_whatif_job_times_the_attention_kernel_asked_for(tmp_path, gpt2_trace):
         assert f"; attention: {emulator.ATTENTION_KERNELS[name].label};" in out["conclusions"][0]
 
 
-def test_the_assumed_line_says_when_the_attention_kernel_did_not_apply():
+def test_the_assumed_line_says_when_the_attention_kernel_did_not_apply(tmp_path):
     """A trace without fused attention (the MLP) or the device "measured" times no kernel: the
-    line says so rather than leave the kernel picked unmentioned (the compute model says the
-    first, the job the second)."""
-    import emulator
-    import qsgd
-
-    mlp = qsgd.measure("mlp", qsgd.QSGDConfig.from_bits(4), device="meta")
-    model = emulator.ComputeModel.for_device("H100-SXM", mlp, attention="flash1")
-    assert jobs.assumed(model) == jobs.assumed(model, "flash1") == model.source
-    assert model.source.count("attention kernel 'flash1' not applied: the trace has no fused "
-                              "attention operator") == 1
-    assert jobs.assumed(emulator.ComputeModel(), "triton").endswith(
-        "attention kernel 'triton' not applied: the device 'measured' replays the trace's own "
-        "seconds")
+    line says so rather than leave the kernel picked unmentioned."""
+    for device, why in (("H100", "the trace has no fused attention operator"),
+                        ("measured", "the device 'measured' replays the trace's own seconds")):
+        params = whatif.params_from_form(
+            topology="dgx_h100", spec="", topology_upload=None, topology_filename=None,
+            model="mlp", trace_upload=None, trace_filename=None, bits=[32], bucket=512,
+            transports=[], sizes="8", device=device, attention="flash1")
+        params["cache_dir"] = str(tmp_path)
+        (line,) = [c for c in jobs.whatif_job(params)["conclusions"]
+                   if c.startswith("compute assumed")]
+        assert f"attention kernel 'flash1' not applied: {why}" in line, line
 
 
 def test_whatif_csv_and_empty_figures():

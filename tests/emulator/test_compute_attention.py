@@ -97,6 +97,11 @@ def test_a_compute_model_carries_the_kernel_says_it_and_shards_with_it(gpt2):
     # unless a kernel was asked for: then it says the kernel did not apply
     said = ComputeModel.for_device("H100", mlp, batch_size=8, attention="triton").source
     assert "attention kernel 'triton' not applied: the trace has no fused attention operator" in said
+    # nor does a trace's own seconds (the device "measured")
+    assert ComputeModel.for_device("measured", mlp).source == "measured seconds"
+    assert ComputeModel.for_device("measured", mlp, attention="flash1").source.endswith(
+        "attention kernel 'flash1' not applied: the device 'measured' replays the trace's own "
+        "seconds")
 
 
 def test_a_study_times_its_topologies_on_the_kernel_asked_for(gpt2):
